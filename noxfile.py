@@ -1,0 +1,119 @@
+"""Sessions for the course site: `nox -l` lists them, `nox -s NAME` runs one.
+
+Every session uses one shared virtual environment, `.venv`, made with the standard library's
+venv and pip (pip finds the CPU build of torch on this machine; uv would download a CUDA build).
+It is (re)installed only when requirements.txt changes, so a second run of any session installs
+nothing.
+"""
+
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+VENV = ROOT / ".venv"
+PYTHON = VENV / "bin" / "python"
+REQUIREMENTS = ROOT / "requirements.txt"
+STAMP = VENV / "requirements.sha256"
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["tests"]
+# Material prints a banner about its successor on every build; it is noise in our logs.
+os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+
+FENCE_ARGS = [
+    "--markdown-docs",
+    # Deprecated torch APIs on a page fail the fences instead of rotting quietly.
+    "-W",
+    "error::FutureWarning",
+    "-W",
+    "error::DeprecationWarning",
+]
+
+
+def shared_venv(session):
+    """Create or refresh .venv when requirements.txt changed; return its python."""
+    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return str(PYTHON)
+    if not PYTHON.exists():
+        session.log(f"creating {VENV}")
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    session.run(str(PYTHON), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS), external=True)
+    STAMP.write_text(wanted)
+    return str(PYTHON)
+
+
+def pytest(session, python, *args):
+    session.run(python, "-m", "pytest", *args, external=True)
+
+
+@nox.session
+def fences(session):
+    """Run every Python code fence in docs/**/*.md as a test."""
+    python = shared_venv(session)
+    pytest(session, python, *FENCE_ARGS, *(session.posargs or ["docs"]))
+
+
+@nox.session
+def tests(session):
+    """The full suite: the fences, then everything in site_tests/."""
+    python = shared_venv(session)
+    if session.posargs:
+        pytest(session, python, *session.posargs)
+        return
+    pytest(session, python, *FENCE_ARGS, "docs")
+    pytest(session, python, "site_tests")
+
+
+@nox.session
+def build(session):
+    """Build the site into site/ with `mkdocs build --strict` (labs run or come from cache)."""
+    python = shared_venv(session)
+    session.run(python, "-m", "mkdocs", "build", "--strict", *session.posargs, external=True)
+
+
+@nox.session
+def serve(session):
+    """Serve the site on http://127.0.0.1:8000 with live reload (labs come from cache)."""
+    python = shared_venv(session)
+    args = session.posargs or ["--dev-addr", "127.0.0.1:8000"]
+    session.run(python, "-m", "mkdocs", "serve", "--strict", *args, external=True)
+
+
+@nox.session
+def lint(session):
+    """ruff check and ruff format --check over the Python sources."""
+    python = shared_venv(session)
+    session.run(python, "-m", "ruff", "check", ".", external=True)
+    session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
+
+
+@nox.session
+def browser(session):
+    """Headless Chromium against the built site (skips with a reason if Chromium is missing)."""
+    python = shared_venv(session)
+    pytest(session, python, "site_tests/test_browser.py", *session.posargs)
+
+
+@nox.session(name="record-gpu", default=False)
+def record_gpu(session):
+    """Run the NCCL lab on this GPU machine and write the record its page embeds.
+
+    Uses the shared .venv, or the interpreter given after `--` (a GPU node's own torch):
+    `nox -s record-gpu -- /usr/bin/python3`.
+    """
+    python = session.posargs[0] if session.posargs else shared_venv(session)
+    session.run(python, "hooks/labrunner.py", "record", "nccl", external=True)
+
+
+@nox.session(default=False)
+def links(session):
+    """Build the site, then list its external links for an author to check online."""
+    python = shared_venv(session)
+    session.run(python, "-m", "mkdocs", "build", "--strict", external=True)
+    session.run(python, "site_tests/external_links.py", "site", external=True)

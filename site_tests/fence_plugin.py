@@ -1,0 +1,73 @@
+"""pytest plugin: how the site's Markdown code fences become tests.
+
+pytest-markdown-docs does the running; this plugin closes the gaps that would let a fence pass
+without running:
+- fences inside Material admonitions (`!!!`, `???`, `???+`) are collected, via markdown-it's
+  admonition plugin;
+- a python fence inside a content tab (`===`) is a collection error, because the collector
+  cannot see it and it would silently never run;
+- a fence whose body sits under `if __name__ == "__main__":` is a collection error, because
+  fences do not run as __main__ and the body would be skipped silently;
+- a fence whose first line is `# fence: skip (REASON)` is reported as skipped with that reason.
+"""
+
+import re
+
+import pytest
+from markdown_it import MarkdownIt
+from mdit_py_plugins.admon import admon_plugin
+
+SKIP_LINE = re.compile(r"#\s*fence:\s*skip\s*\((?P<reason>[^)]+)\)")
+MAIN_GUARD = re.compile(r"^\s*if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
+# A content tab header followed (after any blank lines) by an indented python fence.
+FENCE_IN_TAB = re.compile(
+    r'^===\+?\s+"[^"]*"\s*\n(?:\s*\n)*[ \t]+(?:```|~~~)\s*(?:\{\s*\.)?(?:python|py|python3)\b',
+    re.MULTILINE,
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_markdown_docs_markdown_it():
+    return MarkdownIt("commonmark").use(admon_plugin)
+
+
+class HiddenFence(pytest.File):
+    """Stands in for a Markdown file that hides a python fence where it cannot be collected."""
+
+    def collect(self):
+        raise self.CollectError(self.config.stash[HIDDEN][self.path])
+
+
+HIDDEN = pytest.StashKey[dict]()
+
+
+def pytest_collect_file(file_path, parent):
+    """Refuse Markdown that hides a python fence in a content tab."""
+    if not (parent.config.option.markdowndocs and file_path.suffix == ".md"):
+        return None
+    text = file_path.read_text(encoding="utf-8")
+    hidden = FENCE_IN_TAB.search(text)
+    if not hidden:
+        return None
+    line = text.count("\n", 0, hidden.start()) + 2
+    parent.config.stash.setdefault(HIDDEN, {})[file_path] = (
+        f"{file_path}:{line}: a python fence inside a content tab is never collected; "
+        "move it out of the tab"
+    )
+    return HiddenFence.from_parent(parent, path=file_path)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        code = getattr(item, "code", None)
+        if code is None:
+            continue
+        if MAIN_GUARD.search(code):
+            raise pytest.UsageError(
+                f"{item.nodeid}: a fence body under `if __name__ == '__main__':` never runs "
+                "under pytest-markdown-docs; put it at top level"
+            )
+        first = code.lstrip("\n").splitlines()[0] if code.strip() else ""
+        skip = SKIP_LINE.match(first.strip())
+        if skip:
+            item.add_marker(pytest.mark.skip(reason=skip.group("reason")))
