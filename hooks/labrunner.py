@@ -1,0 +1,231 @@
+"""Run a lab script as a real process, key and cache its record: the logic behind hooks/labs.py.
+
+This module needs no MkDocs, so that a GPU machine with nothing but torch (and PyYAML) can
+record a run for the site: `python hooks/labrunner.py record NAME` runs the lab declared as NAME
+in mkdocs.yml and writes its record to the run's `recorded:` file.
+
+A record is a JSON object: name, command, key, started_utc, wall_s, git_commit, stdout, and
+result (what the lab wrote with --json).
+"""
+
+import ast
+import contextlib
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent  # the project, for the command line
+TRACEBACK = "Traceback (most recent call last)"
+LOG = logging.getLogger("mkdocs.hooks.labs")
+
+
+# ---------------------------------------------------------------------------------------------
+# Declared runs and their cache keys
+# ---------------------------------------------------------------------------------------------
+class LabRun:
+    """One declared run: which script, with which arguments, how long it may take."""
+
+    def __init__(self, name, spec, root):
+        unknown = set(spec) - {"script", "args", "timeout", "recorded"}
+        if unknown or "script" not in spec:
+            raise LabError(f"lab run {name!r}: needs `script`, got keys {sorted(spec)}")
+        self.name = name
+        self.root = root
+        self.script = root / spec["script"]
+        self.args = [str(arg) for arg in spec.get("args", [])]
+        self.timeout = float(spec.get("timeout", 60))
+        self.recorded = root / spec["recorded"] if "recorded" in spec else None
+        if not self.script.is_file():
+            raise LabError(f"lab run {name!r}: no script at {self.script}")
+
+    @property
+    def command(self):
+        """The command a reader types (the build adds --json to it)."""
+        return ["python", self.script.relative_to(self.root).as_posix(), *self.args]
+
+    def sources(self):
+        """The script and every project module it imports, directly or not, in a stable order."""
+        seen, todo = [], [self.script]
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.append(path)
+            todo.extend(project_imports(path, self.root))
+        return sorted(seen)
+
+    def cache_key(self):
+        digest = hashlib.sha256()
+        for path in self.sources():
+            digest.update(path.relative_to(self.root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        digest.update(f"torch=={installed_torch()}\0python=={platform.python_version()}\0".encode())
+        digest.update(json.dumps(self.args).encode())
+        return digest.hexdigest()[:16]
+
+
+def project_imports(path, root):
+    """Modules of this project that `path` imports: siblings, or modules in code/."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    found = []
+    for name in sorted(names):
+        for folder in (path.parent, root / "code"):
+            candidate = folder / f"{name}.py"
+            if candidate.is_file():
+                found.append(candidate.resolve())
+                break
+    return found
+
+
+def installed_torch():
+    """torch's version without importing torch (an import costs seconds; metadata costs none)."""
+    return importlib.metadata.version("torch")
+
+
+def cache_root(root):
+    return pathlib.Path(os.environ.get("LAB_CACHE_DIR", root / ".cache" / "labs"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a lab
+# ---------------------------------------------------------------------------------------------
+def git_commit(root):
+    """The commit the sources are at, with -dirty when code/ or hooks/ has uncommitted edits."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "code", "hooks"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return head + ("-dirty" if dirty else "")
+
+
+def execute(run):
+    """Start the lab as a reader would, wait at most run.timeout, and return its record.
+
+    The lab gets a process group of its own, so that on a timeout the ranks it spawned are
+    killed with it instead of outliving the build.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
+        json_path = pathlib.Path(scratch) / "result.json"
+        argv = [sys.executable, str(run.script), *run.args, "--json", str(json_path)]
+        started = datetime.datetime.now(datetime.UTC)
+        clock = time.perf_counter()
+        proc = subprocess.Popen(
+            argv,
+            cwd=run.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = proc.communicate(timeout=run.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise LabFailed(run, f"timed out after {run.timeout:g} s", stdout, stderr) from None
+        finally:
+            kill_leftovers(proc.pid)
+        wall = time.perf_counter() - clock
+        if proc.returncode != 0:
+            raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
+        if TRACEBACK in stdout:
+            raise LabFailed(run, "printed a traceback", stdout, stderr)
+        if not json_path.is_file():
+            raise LabFailed(run, "wrote no --json file", stdout, stderr)
+        result = json.loads(json_path.read_text())
+    return {
+        "name": run.name,
+        "command": run.command,
+        "key": run.cache_key(),
+        "started_utc": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "wall_s": round(wall, 2),
+        "git_commit": git_commit(run.root),
+        "stdout": stdout,
+        "result": result,
+    }
+
+
+def kill_leftovers(pgid):
+    """A lab that exits must not leave ranks behind; if it did, end them (and say nothing)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class LabError(Exception):
+    """A declared run is malformed, or it failed: the build must stop."""
+
+
+class LabFailed(LabError):
+    def __init__(self, run, what, stdout, stderr):
+        tail = "\n".join((stderr or stdout or "").strip().splitlines()[-25:])
+        super().__init__(f"lab run {run.name!r} ({' '.join(run.command)}) {what}:\n{tail}")
+
+
+def load_record(run):
+    """The record for `run`: from its committed file, from the cache, or by running it now."""
+    if run.recorded is not None:
+        return json.loads(run.recorded.read_text()) if run.recorded.is_file() else None
+    folder = cache_root(run.root) / f"{run.name}-{run.cache_key()}"
+    cached = folder / "record.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    LOG.info(f"lab {run.name}: running {' '.join(run.command)} (timeout {run.timeout:g} s)")
+    record = execute(run)
+    LOG.info(f"lab {run.name}: finished in {record['wall_s']} s")
+    folder.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(record, indent=1))
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording a run for a page that the build cannot run (python hooks/labrunner.py record NAME)
+# ---------------------------------------------------------------------------------------------
+def record_main(argv):
+    import yaml  # PyYAML: mkdocs depends on it; on a bare GPU node, `pip install pyyaml`
+
+    if len(argv) != 2 or argv[0] != "record":
+        sys.exit("usage: python hooks/labrunner.py record NAME")
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    spec = config.get("extra", {}).get("lab_runs", {}).get(argv[1])
+    if spec is None or "recorded" not in spec:
+        sys.exit(f"no lab run {argv[1]!r} with a `recorded:` file in mkdocs.yml")
+    run = LabRun(argv[1], spec, ROOT)
+    record = execute(run)
+    run.recorded.parent.mkdir(parents=True, exist_ok=True)
+    run.recorded.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"recorded {run.name} in {record['wall_s']} s -> {run.recorded.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    record_main(sys.argv[1:])

@@ -1,0 +1,93 @@
+"""MkDocs hook: run the labs as real processes, cache what they print, embed it in pages.
+
+A page asks for a run's output with a marker on a line of its own, for example
+
+    <!-- lab:gloo:stdout -->
+
+Runs are declared once, in mkdocs.yml under `extra.lab_runs` (name -> script, args, timeout).
+At the start of every build, for each declared run (labrunner.py does the work):
+
+1. its cache key is computed from the script's bytes, the bytes of every project module it
+   imports, the torch and Python versions, and its arguments;
+2. on a miss it is started as a reader would start it, `python SCRIPT ARGS --json OUT`, in a
+   process group of its own with a timeout; a non-zero exit, a timeout or a traceback in what it
+   printed fails the build and shows the lab's own error on the console;
+3. what it printed, its JSON and its provenance (date, git commit, wall time) are stored in
+   .cache/labs/NAME-KEY/record.json, which is all that pages are built from.
+
+A run declared with `recorded: PATH` is never started by the build: PATH is a record made on
+another machine by `python hooks/labrunner.py record NAME` (the NCCL lab needs GPUs), committed
+with the sources. The views in lab_views.py turn a record into Markdown and figures.
+
+The cache directory can be moved with LAB_CACHE_DIR (the tests build with an empty one).
+"""
+
+import pathlib
+import re
+import sys
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File
+
+# mkdocs loads this file by path: make its siblings importable.
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import figure_views  # noqa: E402,F401  (registers the ring and overlap views)
+import lab_views  # noqa: E402
+import labrunner  # noqa: E402
+
+MARKER = re.compile(r"^<!-- lab:(?P<run>[\w-]+):(?P<view>[\w-]+) -->$", re.MULTILINE)
+RUNS = {}
+RECORDS = {}
+
+
+def on_config(config):
+    root = pathlib.Path(config.config_file_path).resolve().parent
+    declared = (config.extra or {}).get("lab_runs") or {}
+    RUNS.clear()
+    try:
+        RUNS.update({name: labrunner.LabRun(name, spec, root) for name, spec in declared.items()})
+    except labrunner.LabError as error:
+        raise PluginError(str(error)) from None
+    return config
+
+
+def on_files(files, config):
+    """Bring every record up to date, then publish the lab sources and generated figures."""
+    RECORDS.clear()
+    for name, run in RUNS.items():
+        try:
+            RECORDS[name] = labrunner.load_record(run)
+        except labrunner.LabError as error:
+            raise PluginError(str(error)) from None
+    for run in RUNS.values():
+        for path in run.sources():
+            uri = path.relative_to(run.root).as_posix()
+            if files.get_file_from_path(uri) is None:
+                files.append(File.generated(config, uri, abs_src_path=str(path)))
+    for name, record in RECORDS.items():
+        cache = labrunner.cache_root(RUNS[name].root)
+        for uri, content in lab_views.artifacts(name, record, cache).items():
+            files.append(File.generated(config, uri, content=content))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    def replace(match):
+        name, view = match["run"], match["view"]
+        if name not in RUNS:
+            raise PluginError(f"{page.file.src_uri}: marker names unknown lab run {name!r}")
+        run = RUNS[name]
+        context = lab_views.Context(
+            run=run, record=RECORDS[name], page_uri=page.file.src_uri, root=run.root
+        )
+        return lab_views.render(view, context)
+
+    return MARKER.sub(replace, markdown)
+
+
+def on_post_build(config):
+    """No page may show a traceback, whatever produced it."""
+    site = pathlib.Path(config.site_dir)
+    for path in site.rglob("*.html"):
+        if labrunner.TRACEBACK in path.read_text(encoding="utf-8", errors="replace"):
+            raise PluginError(f"{path.relative_to(site)} contains a Python traceback")

@@ -1,0 +1,284 @@
+"""The built site: lab outputs embedded from this build's runs, links that resolve, no traceback.
+
+One real `mkdocs build --strict` with an empty lab cache is shared by the tests that read the
+built HTML (it runs every lab, so it is the slowest fixture of the suite). The hook's behaviour
+on failure, on timeout and on a cache hit is tested on a tiny throw-away site whose lab needs no
+torch, so those builds take about a second each.
+"""
+
+import html
+import importlib.util
+import json
+import re
+import textwrap
+from html.parser import HTMLParser
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from site_tests.conftest import ROOT, mkdocs_build
+
+HOOK = ROOT / "hooks" / "labs.py"
+
+
+def record(cache, name):
+    (folder,) = cache.glob(f"{name}-*/")
+    return json.loads((folder / "record.json").read_text())
+
+
+def page_text(site, page):
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def visible_text(markup):
+    """The page's text as a reader sees it, whitespace collapsed."""
+    without_tags = re.sub(r"<[^>]+>", "", markup)
+    return re.sub(r"\s+", " ", html.unescape(without_tags))
+
+
+def test_lab_page_shows_this_builds_run(built_site):
+    site, cache = built_site
+    gloo = record(cache, "gloo")
+    text = visible_text(page_text(site, "labs/26-ddp-gloo"))
+    env = gloo["result"]["env"]
+    for fact in (
+        gloo["started_utc"],
+        f"{gloo['wall_s']:.2f} s",
+        gloo["git_commit"],
+        env["torch"],
+        env["python"],
+        env["cpu_model"],
+        " ".join(gloo["command"]),
+    ):
+        assert fact in text, f"provenance {fact!r} missing from the lab page"
+    for line in gloo["stdout"].strip().splitlines():
+        assert re.sub(r"\s+", " ", line).strip() in text, f"printed line {line!r} not embedded"
+
+
+def result_rows(markup):
+    """{label: value} of every two-column table row whose first cell is a label."""
+    rows = re.findall(r"<tr>\s*<td>(.*?)</td>\s*<td>(.*?)</td>\s*</tr>", markup, re.DOTALL)
+    return {visible_text(label).strip(): visible_text(value).strip() for label, value in rows}
+
+
+def numbers_in(cell):
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", cell)]
+
+
+@pytest.mark.parametrize("page", ["labs/26-ddp-gloo", "26-ddp"])
+def test_results_table_equals_the_runs_json(built_site, page):
+    site, cache = built_site
+    result = record(cache, "gloo")["result"]
+    rows = result_rows(page_text(site, page))
+
+    def cell(prefix):
+        (value,) = [v for label, v in rows.items() if label.startswith(prefix)]
+        return numbers_in(value)
+
+    expected = {
+        "Naive DDP": [result["variants"]["naive"]["max_abs_diff"]],
+        "DistributedDataParallel:": [result["variants"]["ddp"]["max_abs_diff"]],
+        "DistributedDataParallel with": [result["variants"]["ddp_no_sync"]["max_abs_diff"]],
+        "Negative control": [result["control_max_abs_diff"]],
+        "DDP gradient buckets": [result["ddp_buckets"]],
+        "4 MiB all_reduce: median time": [4, result["allreduce_4mib"]["seconds"] * 1e3],
+        "4 MiB all_reduce: algbw": [
+            4,
+            result["allreduce_4mib"]["algbw_GBps"],
+            result["allreduce_4mib"]["busbw_GBps"],
+        ],
+        "4 MiB memory copy": [4, result["memcpy_4mib"]["GBps"]],
+        "busbw as a fraction": [result["busbw_over_memcpy"]],
+    }
+    for prefix, values in expected.items():
+        shown = cell(prefix)
+        assert len(shown) == len(values), (prefix, shown)
+        for got, want in zip(shown, values, strict=True):
+            # The table rounds to three significant figures (or two decimals).
+            assert got == pytest.approx(want, rel=6e-3, abs=6e-3), (prefix, got, want)
+    replicas = [v for label, v in rows.items() if label.startswith("Replicas bit-identical")]
+    assert replicas == ["yes" if result["replicas_identical"] else "no"]
+
+
+def test_sweep_figure_is_built_and_described(built_site):
+    site, cache = built_site
+    result = record(cache, "gloo")["result"]
+    markup = page_text(site, "labs/26-ddp-gloo")
+    (image,) = re.findall(r'<img alt="([^"]+)" src="([^"]+allreduce-sweep\.svg)"', markup)
+    alt, src = image
+    assert len(alt) > 40, "the figure needs alt text that describes it"
+    figure = (site / "labs/26-ddp-gloo" / src).resolve()
+    assert figure.is_file() and b"<svg" in figure.read_bytes()[:1000]
+    table = markup[markup.index("The measured points") :]
+    assert table.count("<tr>") - 1 >= len(result["sweep"])  # a header row, then one per size
+
+
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.targets = set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for name in ("href", "src"):
+            if attrs.get(name):
+                self.targets.append(attrs[name])
+
+
+def parse(path, cache={}):  # noqa: B006  (a per-process memo of parsed pages)
+    if path not in cache:
+        parser = Links()
+        parser.feed(path.read_text(encoding="utf-8"))
+        cache[path] = parser
+    return cache[path]
+
+
+def test_every_internal_link_and_anchor_resolves(built_site):
+    site, _ = built_site
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        for target in parse(page).targets:
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc or target.startswith(("mailto:", "data:")):
+                continue
+            if not parts.path:
+                path = page
+            elif parts.path.startswith("/"):  # 404.html links from the site root
+                path = site / unquote(parts.path).lstrip("/")
+            else:
+                path = (page.parent / unquote(parts.path)).resolve()
+            if path.is_dir():
+                path = path / "index.html"
+            if not path.is_file():
+                broken.append(f"{page.relative_to(site)}: {target} (no such file)")
+            elif parts.fragment and unquote(parts.fragment) not in parse(path).ids:
+                broken.append(f"{page.relative_to(site)}: {target} (no such anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def test_no_traceback_anywhere_in_the_site(built_site):
+    site, _ = built_site
+    offenders = [
+        path.relative_to(site)
+        for path in site.rglob("*")
+        if path.is_file() and b"Traceback (most recent call last)" in path.read_bytes()
+    ]
+    assert not offenders
+
+
+# ---------------------------------------------------------------------------------------------
+# The hook's contract, on a throw-away site
+# ---------------------------------------------------------------------------------------------
+DEMO_LAB = """\
+import argparse, json, pathlib, sys, time
+import helper
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--runs-log")
+parser.add_argument("--json")
+parser.add_argument("--mode", default="ok")
+args = parser.parse_args()
+with open(args.runs_log, "a") as log:
+    log.write("ran\\n")
+if args.mode == "fail":
+    sys.exit("demo lab: the collective check failed on rank 1")
+if args.mode == "hang":
+    time.sleep(60)
+print(helper.GREETING)
+pathlib.Path(args.json).write_text(json.dumps({"env": {}}))
+"""
+
+
+@pytest.fixture
+def demo_site(tmp_path):
+    """A one-page site whose single lab run logs each time it really runs."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Demo\n\n<!-- lab:demo:stdout -->\n")
+    (tmp_path / "code" / "demo.py").write_text(DEMO_LAB)
+    (tmp_path / "code" / "helper.py").write_text('GREETING = "hello from the demo lab"\n')
+    runs_log = tmp_path / "runs.log"
+
+    def configure(mode="ok", timeout=20):
+        (tmp_path / "mkdocs.yml").write_text(
+            textwrap.dedent(f"""\
+            site_name: Demo
+            hooks: [{HOOK}]
+            extra:
+              lab_runs:
+                demo:
+                  script: code/demo.py
+                  args: [--runs-log, {runs_log}, --mode, {mode}]
+                  timeout: {timeout}
+            """)
+        )
+
+    def build():
+        return mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site", tmp_path / "cache", 60)
+
+    def runs():
+        return runs_log.read_text().count("ran") if runs_log.exists() else 0
+
+    configure()
+    return tmp_path, configure, build, runs
+
+
+def test_a_failing_lab_fails_the_build_with_its_own_error(demo_site):
+    _, configure, build, _ = demo_site
+    configure(mode="fail")
+    proc = build()
+    assert proc.returncode != 0
+    assert "the collective check failed on rank 1" in proc.stderr
+    assert "exited with status 1" in proc.stderr
+
+
+def test_a_hung_lab_fails_the_build_at_its_timeout(demo_site):
+    _, configure, build, _ = demo_site
+    configure(mode="hang", timeout=2)
+    proc = build()
+    assert proc.returncode != 0
+    assert "timed out after 2 s" in proc.stderr
+
+
+def test_cache_reruns_a_lab_only_when_its_key_changes(demo_site):
+    folder, configure, build, runs = demo_site
+    assert build().returncode == 0 and runs() == 1
+    page = folder / "site" / "index.html"
+    assert "hello from the demo lab" in page.read_text()
+
+    (folder / "docs" / "index.md").write_text("# Demo, edited\n\n<!-- lab:demo:stdout -->\n")
+    assert build().returncode == 0 and runs() == 1, "a Markdown edit must not rerun the lab"
+    assert "Demo, edited" in page.read_text()
+
+    (folder / "code" / "helper.py").write_text('GREETING = "hello again"\n')
+    assert build().returncode == 0 and runs() == 2, "an imported module changed: rerun"
+    assert "hello again" in page.read_text()
+
+    (folder / "code" / "demo.py").write_text(DEMO_LAB + "\n# a comment is a change too\n")
+    assert build().returncode == 0 and runs() == 3, "the script changed: rerun"
+
+    configure(timeout=30)  # the timeout is not part of what the lab computes
+    assert build().returncode == 0 and runs() == 3
+    configure(mode="other")
+    assert build().returncode == 0 and runs() == 4, "the arguments changed: rerun"
+
+
+def test_the_cache_key_covers_the_torch_version(demo_site, monkeypatch):
+    folder, _, _, _ = demo_site
+    spec = importlib.util.spec_from_file_location("labrunner", ROOT / "hooks" / "labrunner.py")
+    labrunner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(labrunner)
+    run = labrunner.LabRun("demo", {"script": "code/demo.py", "args": ["--mode", "ok"]}, folder)
+    assert [p.name for p in run.sources()] == ["demo.py", "helper.py"]
+    key = run.cache_key()
+    monkeypatch.setattr(labrunner, "installed_torch", lambda: "2.99.0")
+    assert run.cache_key() != key
+
+
+def test_an_unknown_marker_fails_the_build(demo_site):
+    folder, _, build, _ = demo_site
+    (folder / "docs" / "index.md").write_text("# Demo\n\n<!-- lab:nosuchrun:stdout -->\n")
+    proc = build()
+    assert proc.returncode != 0 and "unknown lab run 'nosuchrun'" in proc.stderr
