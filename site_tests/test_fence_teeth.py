@@ -1,0 +1,172 @@
+"""The fences of docs/26-ddp.md must be able to fail.
+
+Each fence below is taken from the page by its title, run as written (it must pass), then run
+again with one claim broken by a text substitution (each mutant must end in AssertionError, not
+in some other error that would pass for the wrong reason). A missing fence or a substitution that
+no longer matches fails the test, so editing the page cannot quietly disarm it.
+
+All runs share one subprocess, so torch is imported once:
+
+    python -m pytest site_tests/test_fence_teeth.py -q
+"""
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "26-ddp.md"
+TIMEOUT_S = 60
+
+# A top-level titled python fence: ```python title="..."  ...  ```
+FENCE = re.compile(
+    r'^```python title="(?P<title>[^"]+)"\n(?P<body>.*?)^```[ \t]*$', re.MULTILINE | re.DOTALL
+)
+
+# fence title -> substitutions (old text, new text); every one breaks the claim the fence checks
+MUTANTS = {
+    "collectives at world size 1": [
+        (
+            "torch.testing.assert_close(doubled.wait(), 2 * x)",
+            "torch.testing.assert_close(doubled.wait(), 3 * x)",
+        ),
+        (
+            "output one chunk\n    torch.testing.assert_close(shard, x)",
+            "output one chunk\n    torch.testing.assert_close(shard, x + 1)",
+        ),
+        (
+            "torch.testing.assert_close(received, tokens)",
+            "torch.testing.assert_close(received, tokens.flip(0))",
+        ),
+    ],
+    "shard gradient algebra": [
+        ("sum(sum_grads) / B, full", "sum(sum_grads) / world, full"),
+        ("sum(mean_grads) / world, full", "sum(mean_grads) / B, full"),
+        ('reduction="sum") * world / N)', 'reduction="sum") / int(m.sum()))'),
+    ],
+    "ring byte model": [
+        ('sent["all_gather"][r] += 1', 'sent["all_gather"][r] += 2'),
+        ("chunk_bytes = Fraction(S, p)", "chunk_bytes = Fraction(S, p - 1)"),
+        ("data[(r + 1) % p][j] += chunk", "data[(r + 1) % p][j] = chunk"),
+    ],
+    "DistributedSampler": [
+        ("    sampler.set_epoch(1)\n", "    pass\n"),
+        ("padded = order + order[:2]", "padded = order + order[-2:]"),
+    ],
+    "no_sync and a counting hook": [
+        ("with wrapped.no_sync():", "with torch.enable_grad():"),
+        (
+            "launched.append(bucket.buffer().numel())",
+            "launched.extend([bucket.buffer().numel()] * 2)",
+        ),
+    ],
+    "scaling model": [
+        (
+            "return 2 * (world - 1) / world * grad_bytes / bus_bytes_per_s",
+            "return grad_bytes / bus_bytes_per_s",
+        ),
+        (
+            "return 6 * params * tokens / flops_per_s",
+            "return 4 * params * tokens / flops_per_s",
+        ),
+    ],
+}
+
+# Runs each job's source in a fresh namespace and records how it ended and what it printed.
+RUNNER = r"""
+import contextlib, io, json, sys, traceback
+
+jobs = json.load(open(sys.argv[1]))
+results = []
+for job in jobs:
+    out = io.StringIO()
+    error = None
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(job["source"], "<" + job["title"] + ">", "exec"), {"__name__": "fence"})
+    except BaseException as exc:  # a fence may end in anything; report it, never crash the runner
+        error = {"type": type(exc).__name__, "trace": traceback.format_exc()[-2000:]}
+    results.append({"title": job["title"], "mutant": job["mutant"], "error": error,
+                    "stdout": out.getvalue()})
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+def page_fences():
+    """Every titled python fence of the page, by title; a title used twice is an error."""
+    fences = {}
+    for match in FENCE.finditer(PAGE.read_text(encoding="utf-8")):
+        title = match["title"]
+        if title in fences:
+            raise AssertionError(f"{PAGE.name}: fence title {title!r} is used twice")
+        fences[title] = match["body"]
+    return fences
+
+
+def build_jobs():
+    """The original of each fence under test, followed by its mutants."""
+    fences = page_fences()
+    jobs = []
+    for title, substitutions in MUTANTS.items():
+        if title not in fences:
+            raise AssertionError(f'{PAGE.name}: no fence ```python title="{title}"')
+        source = fences[title]
+        jobs.append({"title": title, "mutant": None, "source": source})
+        for old, new in substitutions:
+            found = source.count(old)
+            if found != 1:
+                raise AssertionError(f"fence {title!r}: expected {old!r} once, found it {found}x")
+            jobs.append({"title": title, "mutant": old, "source": source.replace(old, new)})
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run every original and mutant in one subprocess; results grouped by fence title."""
+    work = tmp_path_factory.mktemp("fence_teeth")
+    jobs_file, results_file = work / "jobs.json", work / "results.json"
+    jobs_file.write_text(json.dumps(build_jobs()))
+    command = [
+        sys.executable,
+        "-W",
+        "error::FutureWarning",
+        "-W",
+        "error::DeprecationWarning",
+        "-c",
+        RUNNER,
+        str(jobs_file),
+        str(results_file),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, f"runner failed:\n{done.stdout}\n{done.stderr}"
+    grouped = {}
+    for result in json.loads(results_file.read_text()):
+        grouped.setdefault(result["title"], []).append(result)
+    return grouped
+
+
+@pytest.mark.parametrize("title", list(MUTANTS))
+def test_fence_passes_and_its_mutants_fail(runs, title):
+    original, *mutants = runs[title]
+    assert original["mutant"] is None
+    assert original["error"] is None, f"fence {title!r} fails as written:\n{original['error']}"
+    assert len(mutants) == len(MUTANTS[title])
+    for mutant in mutants:
+        error = mutant["error"]
+        assert error is not None, f"fence {title!r} still passes with {mutant['mutant']!r} broken"
+        assert error["type"] == "AssertionError", (
+            f"fence {title!r} with {mutant['mutant']!r} broken ended in {error['type']}, "
+            f"not AssertionError:\n{error['trace']}"
+        )
+
+
+def test_scaling_table_on_page_is_what_the_fence_prints(runs):
+    printed = runs["scaling model"][0]["stdout"].strip().splitlines()
+    table = [line for line in printed if line.startswith("|")]
+    assert len(table) >= 3, f"the scaling fence printed no table:\n{printed}"
+    page = PAGE.read_text(encoding="utf-8")
+    assert "\n".join(table) in page, "the page's scaling table differs from what its fence prints"
