@@ -1,0 +1,30 @@
+"""Machine facts that every lab writes into its --json, so a page can say where it ran."""
+
+import os
+import platform
+import sys
+
+
+def cpu_model():
+    """The CPU's marketing name (Linux /proc/cpuinfo, else what platform knows)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_facts():
+    """Versions and hardware of this run, as plain JSON-ready values."""
+    import torch  # imported here so callers that only validate arguments stay fast
+
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
