@@ -1,0 +1,364 @@
+"""The failure gallery: every script shows its failure in time, then its fix, and leaves nothing.
+
+Each script in code/failures/ runs once, the way the build runs it (`python SCRIPT --json PATH`),
+with a TMPDIR of its own and in a session of its own, so that the tests can see any file or
+process it leaves behind. The nine runs share one module-scoped fixture and go two at a time:
+most of a run is spent importing torch or waiting out a 2 s timeout, so pairs overlap well on
+two cores. The tests then read the JSON each script wrote; they recheck the facts the page
+states instead of trusting the script's own verdict alone.
+"""
+
+import concurrent.futures
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import yaml
+
+from site_tests.conftest import ROOT
+
+FAILURES = ROOT / "code" / "failures"
+PAGE = ROOT / "docs" / "failures.md"
+SCRIPTS = [
+    "rank0_collective",
+    "shape_mismatch",
+    "unused_param",
+    "uneven_inputs",
+    "set_epoch",
+    "sum_loss",
+    "no_broadcast",
+    "batchnorm",
+    "eval_padding",
+]
+SINGLE_PROCESS = {"set_epoch", "eval_padding"}  # they need no process group
+RUN_TIMEOUT_S = 90  # per script, when the machine is busy; a healthy run takes a few seconds
+CASE_BOUND_S = 10  # no rank may need longer than this to fail (or to succeed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a script and looking for what it left behind
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    result: dict
+    leftover_files: list
+    leftover_processes: list
+
+
+def session_members(session):
+    """Live processes (zombies aside) whose session id is `session`: /proc/PID/stat field 6."""
+    members = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        if fields[0] != "Z" and int(fields[3]) == session:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def run_script(script, scratch, *args, env_extra=None):
+    scratch.mkdir(parents=True)
+    tmpdir = scratch / "tmp"
+    tmpdir.mkdir()
+    json_path = scratch / "result.json"
+    env = dict(os.environ, TMPDIR=str(tmpdir), **(env_extra or {}))
+    env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args, "--json", str(json_path)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its ranks inherit the session: a leftover is easy to find
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        stderr += f"\n[test] killed after {RUN_TIMEOUT_S} s"
+    seconds = time.monotonic() - started
+    leftovers = session_members(proc.pid)
+    for pid in leftovers:  # report them, and do not let them outlive the test
+        os.kill(pid, signal.SIGKILL)
+    result = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    return Run(proc.returncode, stdout, stderr, seconds, result, list(tmpdir.iterdir()), leftovers)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{script name: Run}, every gallery script run once."""
+    base = tmp_path_factory.mktemp("failures")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            name: pool.submit(run_script, FAILURES / f"{name}.py", base / name) for name in SCRIPTS
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+def ranks(run, group):
+    return run.result["groups"][group]
+
+
+# ---------------------------------------------------------------------------------------------
+# What every script owes the build
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_succeeds_and_reports(runs, name):
+    run = runs[name]
+    assert run.returncode == 0, f"{name} exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
+    assert run.result["as_expected"] and all(run.result["checks"].values()), run.result["checks"]
+    assert run.stdout.splitlines() == run.result["printed"]  # the JSON holds the exact lines
+    assert "Traceback" not in run.stdout + run.stderr
+    assert set(run.result["env"]) >= {"torch", "python", "platform", "cpu_model", "cpu_count"}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_leaves_nothing_behind(runs, name):
+    run = runs[name]
+    assert run.leftover_processes == [], f"{name} left processes running"
+    # `import torch._dynamo` creates torch's per-user compile cache, TMPDIR/torchinductor_USER,
+    # empty and meant to persist; anything else there would be the script's own.
+    mine = [path for path in run.leftover_files if not path.name.startswith("torchinductor_")]
+    assert mine == [], f"{name} left files in its temporary directory"
+
+
+@pytest.mark.parametrize("name", [name for name in SCRIPTS if name not in SINGLE_PROCESS])
+def test_every_rank_ends_within_the_bound(runs, name):
+    groups = runs[name].result.get("groups") or {"all": runs[name].result["results"]}
+    for group, results in groups.items():
+        for rank in results:
+            assert rank["status"] != "killed", f"{name}/{group}: rank {rank['rank']} hung"
+            assert rank["seconds"] <= CASE_BOUND_S, f"{name}/{group}: rank {rank['rank']}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Case by case: the error text (or the wrong numbers) the page describes, and the fix
+# ---------------------------------------------------------------------------------------------
+def test_rank0_collective(runs):
+    run = runs["rank0_collective"]
+    barrier = ranks(run, "barrier")
+    assert all(r["status"] == "raised" for r in barrier)
+    assert any("Timed out waiting" in r["error"] for r in barrier)
+    assert not any("rank 0" in r["error"] or "rank 1" in r["error"] for r in barrier)
+    monitored = ranks(run, "monitored_barrier")[1]["error"]
+    assert "Rank 1 successfully reached monitoredBarrier" in monitored
+    assert "from rank 0" in monitored
+    assert [r["value"] for r in ranks(run, "fixed")] == [1.5, 1.5]
+
+
+def test_shape_mismatch(runs):
+    run = runs["shape_mismatch"]
+    for group in ("as_is", "env_in_rank"):  # setting the variable inside the rank changes nothing
+        rank0, rank1 = (r["value"] for r in ranks(run, group))
+        assert rank0["debug_level"] == rank1["debug_level"] == "OFF"
+        assert "Timed out waiting" in rank0["error"]
+        assert len(rank1["sum"]) == 3 and rank1["sum"] != [2.0, 2.0, 2.0]  # silent and wrong
+    for r in ranks(run, "env_reread"):
+        assert r["value"]["debug_level"] == "DETAIL"
+        error = r["value"]["error"]
+        assert "Detected mismatch between collectives on ranks" in error
+        assert "TensorShape=[4]" in error and "TensorShape=[3]" in error
+    assert [r["value"]["sum"] for r in ranks(run, "fixed")] == [[2.0] * 4] * 2
+    assert run.result["fresh_interpreter_level"] == "DETAIL"
+    # The page's explanation: the variable is read once, when torch.distributed is imported.
+    init = pathlib.Path(importlib.util.find_spec("torch").submodule_search_locations[0])
+    assert "set_debug_level_from_env()" in (init / "distributed" / "__init__.py").read_text()
+
+
+def test_unused_param(runs):
+    for rank in runs["unused_param"].result["results"]:
+        broken, fixed = rank["value"]["broken"], rank["value"]["fixed"]
+        assert broken["steps"] == 1
+        assert broken["error"].startswith(
+            "RuntimeError: Expected to have finished reduction in the prior iteration"
+        )
+        assert f"did not receive grad for rank {rank['rank']}" in broken["error"]
+        assert fixed["steps"] == 3 and fixed["error"] is None
+        assert fixed["spare_head_grad_is_none"]
+
+
+def test_uneven_inputs(runs):
+    run = runs["uneven_inputs"]
+    batches = {int(rank): count for rank, count in run.result["batches"].items()}
+    rank0, rank1 = (r["value"] for r in ranks(run, "plain"))
+    assert rank0["failed_in"] == f"step {batches[0]}"
+    assert rank1["steps"] == batches[1] and "error" in rank1  # stuck at its next collective
+    for r in ranks(run, "join"):
+        assert r["value"] == {"steps": batches[r["rank"]], "replicas_identical": True}
+    own_all_reduce = ranks(run, "join_loss_all_reduce")
+    assert any(r["status"] != "ok" or "error" in r["value"] for r in own_all_reduce)
+    assert not all(
+        r["status"] == "ok" and "Timed out" in r["value"].get("error", "") for r in own_all_reduce
+    )  # the page says: not a clean timeout
+    assert any("Timed out" in r["value"].get("error", "") for r in ranks(run, "join_barrier"))
+
+
+def test_set_epoch(runs):
+    epochs = runs["set_epoch"].result["epochs"]
+    assert all(epoch == epochs["forgotten"][0] for epoch in epochs["forgotten"])
+    assert epochs["called"][0] == epochs["forgotten"][0]
+    assert any(epoch != epochs["called"][0] for epoch in epochs["called"][1:])
+
+
+def test_sum_loss(runs):
+    result = runs["sum_loss"].result
+    expected = [result["per_rank"], 1 / result["world_size"], 1.0]
+    for (name, ratio), target in zip(result["ratios"].items(), expected, strict=True):
+        for end in ("min", "max"):
+            assert ratio[end] == pytest.approx(target, rel=1e-9), name
+    assert result["per_rank"] != result["world_size"]  # so "b times", not "p times", is tested
+
+
+def test_no_broadcast(runs):
+    variants = runs["no_broadcast"].result["variants"]
+    unsynced = variants["no broadcast"]
+    assert unsynced["gap_before"] > 1e-3
+    assert unsynced["gap_after"] == pytest.approx(unsynced["gap_before"], abs=1e-9)
+    assert unsynced["losses"][0] != unsynced["losses"][1]
+    for name in ("dist.broadcast from rank 0 first", "DistributedDataParallel"):
+        assert variants[name]["gap_before"] == variants[name]["gap_after"] == 0.0
+        assert len(set(variants[name]["losses"])) == 1
+
+
+def test_batchnorm(runs):
+    for rank in runs["batchnorm"].result["ranks"]:
+        assert (
+            max(abs(a - b) for a, b in zip(rank["ddp_mean"], rank["full_mean"], strict=True)) > 1e-3
+        )
+        assert rank["ddp_output_error"] > 1e-3
+        construct, forward = rank["refusals"].values()
+        assert construct == "ValueError: SyncBatchNorm layers only work with GPU modules"
+        assert forward.startswith("ValueError: SyncBatchNorm expected input tensor to be on GPU")
+        assert rank["synced_mean"] == pytest.approx(rank["full_mean"], abs=1e-12)
+        assert rank["synced_output_error"] < 1e-10
+
+
+def test_eval_padding(runs):
+    result = runs["eval_padding"].result
+    truth = result["true_accuracy"]
+    padded, dropped, strided = result["shardings"].values()
+    assert padded["counted_twice"] and padded["accuracy"] > truth
+    assert dropped["never_seen"] and dropped["accuracy"] > truth
+    assert strided["seen"] == result["samples"] and not strided["never_seen"]
+    assert not strided["counted_twice"] and strided["accuracy"] == truth
+
+
+# ---------------------------------------------------------------------------------------------
+# The plumbing: fast argument errors, the script's own deadline, killing a rank that hangs
+# ---------------------------------------------------------------------------------------------
+def test_bad_arguments_fail_before_torch_loads():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", str(FAILURES / "rank0_collective.py")]
+        + ["--pg-timeout-s", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and "--pg-timeout-s must be positive" in proc.stderr
+    assert not re.search(r"\|\s+torch$", proc.stderr, re.MULTILINE), "torch was imported"
+
+
+def python_with_harness(code, tmp_path, timeout=30):
+    """Run `code` with code/failures importable, in a session and TMPDIR of its own."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=FAILURES,
+        env=dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=str(FAILURES)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stdout, stderr = proc.communicate(timeout=timeout)
+    leftovers = session_members(proc.pid)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    return proc.returncode, stdout, stderr, leftovers, list(tmpdir.iterdir())
+
+
+def test_overall_deadline_ends_the_script_with_one_line(tmp_path):
+    code, stdout, stderr, _, _ = python_with_harness(
+        """
+        import time, harness
+        with harness.overall_deadline(0.3):
+            time.sleep(10)
+        """,
+        tmp_path,
+    )
+    assert code == 1
+    assert stderr.strip() == "error: gave up: the script ran past its own 0.3 s deadline"
+
+
+def test_a_rank_that_outlives_the_deadline_is_killed(tmp_path):
+    code, stdout, stderr, leftovers, files = python_with_harness(
+        """
+        import json, time
+        import torch, harness
+
+        def stuck(rank, world_size):
+            if rank == 1:
+                time.sleep(60)  # not in a collective: no process-group timeout can end it
+            return rank
+
+        started = time.monotonic()
+        results = harness.run_groups({"stuck": stuck}, deadline_s=4)["stuck"]
+        print(json.dumps([[r.status for r in results], time.monotonic() - started]))
+        """,
+        tmp_path,
+    )
+    assert code == 0, stderr
+    statuses, seconds = json.loads(stdout)
+    assert statuses == ["ok", "killed"] and seconds < 4 + 1
+    assert leftovers == [] and files == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The page and the build configuration agree with the scripts
+# ---------------------------------------------------------------------------------------------
+def declared_gallery_runs():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    runs = config["extra"]["lab_runs"]
+    return {
+        name: spec for name, spec in runs.items() if spec["script"].startswith("code/failures/")
+    }
+
+
+def test_every_script_is_declared_and_embedded():
+    declared = declared_gallery_runs()
+    assert sorted(pathlib.Path(spec["script"]).stem for spec in declared.values()) == sorted(
+        SCRIPTS
+    )
+    page = PAGE.read_text(encoding="utf-8")
+    embedded = set(re.findall(r"^<!-- lab:([\w-]+):stdout -->$", page, re.MULTILINE))
+    assert embedded == set(declared)
+    markers = set(re.findall(r"^<!-- lab:([\w-]+):\w+ -->$", page, re.MULTILINE))
+    assert markers <= set(declared), "a marker names a run that mkdocs.yml does not declare"
+
+
+def test_the_not_run_rows_quote_what_the_installed_torch_knows():
+    (torch_dir,) = importlib.util.find_spec("torch").submodule_search_locations  # no import
+    suite = pathlib.Path(torch_dir) / "testing/_internal/distributed/distributed_test.py"
+    fragment = "caught collective operation timeout"
+    assert fragment in suite.read_text(encoding="utf-8")
+    page = PAGE.read_text(encoding="utf-8")
+    assert fragment in page and "this site did not run them" in page
