@@ -1,0 +1,395 @@
+"""Figure views: the ring all_reduce as a step-through figure, and DDP's measured overlap.
+
+    <!-- lab:ring:ring -->          every step of code/ring_allreduce.py's simulation, one panel
+                                    per step, with Previous/Next (assets/javascripts/stepper.js)
+    <!-- lab:overlap:overlap -->    code/ddp_overlap.py's timeline: DDP against naive, as bars
+
+Both draw inline SVG from the lab's record at build time. Inline, not as <img> files, so that
+the drawing takes its colours from the page: the CSS in assets/stylesheets/extra.css points the
+classes below at Material's palette variables, and the figures follow the light/dark toggle.
+The presentation attributes are the fallback when that stylesheet is missing. Every SVG is
+role="img" with a text alternative made from the same numbers it draws.
+"""
+
+import html
+
+from lab_views import view
+
+ESC = html.escape
+ACCENT, PRIMARY = "#3f51b5", "#ff5722"  # the fallbacks: mkdocs.yml's indigo and deep orange
+
+
+def svg_open(width, height, labelled_by, css_class):
+    """The root element. Text defaults are set here once, and every <text> inherits them."""
+    return (
+        f'<svg class="{css_class}" viewBox="0 0 {width:g} {height:g}" width="{width:g}" '
+        f'height="{height:g}" role="img" aria-labelledby="{labelled_by}" '
+        'xmlns="http://www.w3.org/2000/svg" font-size="12" text-anchor="middle" '
+        'dominant-baseline="central" fill="currentColor">'
+    )
+
+
+def arrowhead(marker_id):
+    return (
+        f'<defs><marker id="{marker_id}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse">'
+        f'<path class="fig-arrowhead" d="M0,0L10,5L0,10z" fill="{ACCENT}"/></marker></defs>'
+    )
+
+
+def text(x, y, body, anchor=None, muted=False, bold=False):
+    extra = f' text-anchor="{anchor}"' if anchor else ""  # "start" or "end"; middle by default
+    extra += ' class="fig-muted"' if muted else ""
+    extra += ' font-weight="700"' if bold else ""
+    return f'<text x="{x:.1f}" y="{y:.1f}"{extra}>{ESC(body)}</text>'
+
+
+# ---------------------------------------------------------------------------------------------
+# The ring all_reduce, one panel per step
+# ---------------------------------------------------------------------------------------------
+CELL_W, CELL_H, GAP_X, GAP_Y, LEFT, TOP = 100, 30, 20, 22, 64, 26
+
+
+def carried(ranks, p):
+    """A chunk's label: whose numbers it holds ("r0+r1+r3"), shortened past four ranks."""
+    if len(ranks) <= 4:
+        return "+".join(f"r{r}" for r in ranks)
+    return f"all {p} ranks" if len(ranks) == p else f"{len(ranks)} of {p} ranks"
+
+
+def ring_caption(result, frame):
+    """What a panel shows, in words: its caption and the SVG's text alternative."""
+    p, steps = result["ranks"], 2 * (result["ranks"] - 1)
+    if frame["phase"] == "start":
+        return (
+            f"Start: each of the {p} ranks holds its own {result['elements']} integers, cut into "
+            f"{p} chunks of {result['chunk_elements']}; every copy of a chunk carries one rank's "
+            "numbers. Rows are ranks, columns are chunks; a cell names the ranks whose numbers "
+            "that copy holds."
+        )
+    sends = "; ".join(
+        f"rank {s['src']} sends c{s['chunk']} ({carried(s['carries'], p)}) to rank {s['dst']}"
+        for s in frame["sends"]
+    )
+    if frame["phase"] == "reduce-scatter":
+        words = (
+            f"Step {frame['step']} of {steps}, reduce-scatter {frame['step']} of {p - 1}: {sends}. "
+            "Each receiver adds the chunk into its own copy."
+        )
+        if frame["step"] == p - 1:
+            owners = ", ".join(f"rank {r} c{(r + 1) % p}" for r in range(p))
+            words += f" Every rank now holds one complete chunk: {owners}."
+    else:
+        gather = frame["step"] - (p - 1)
+        words = (
+            f"Step {frame['step']} of {steps}, all-gather {gather} of {p - 1}: {sends}. "
+            "Each receiver overwrites its copy with the complete chunk."
+        )
+        if frame["step"] == steps:
+            words += f" Every rank now holds all {p} complete chunks."
+    return words + f" Each rank has sent {frame['bytes_sent'][0]} B so far."
+
+
+def ring_panel(result, frame, uid):
+    p = result["ranks"]
+    width = LEFT + p * CELL_W + p * GAP_X
+    height = TOP + p * CELL_H + (p - 1) * GAP_Y + 6
+    senders = {(s["src"], s["chunk"]) for s in frame["sends"]}
+    receivers = {(s["dst"], s["chunk"]) for s in frame["sends"]}
+    parts = [svg_open(width, height, f"{uid}-caption", "fig-ring"), arrowhead(f"{uid}-arrow")]
+
+    def x_of(chunk):
+        return LEFT + chunk * (CELL_W + GAP_X)
+
+    def y_of(rank):
+        return TOP + rank * (CELL_H + GAP_Y)
+
+    for j in range(p):
+        parts.append(text(x_of(j) + CELL_W / 2, TOP / 2, f"chunk {j}", muted=True))
+    cells, labels = [], []
+    for rank, row in enumerate(frame["holdings"]):
+        labels.append(text(6, y_of(rank) + CELL_H / 2, f"rank {rank}", anchor="start"))
+        for j, ranks in enumerate(row):
+            done, got = len(ranks) == p, (rank, j) in receivers
+            sent = (rank, j) in senders and not got
+            # done: a complete sum; got: changed by this step; sent: passed on in this step
+            classes = [name for name, on in (("done", done), ("got", got), ("sent", sent)) if on]
+            look = f' class="{" ".join(classes)}"' if classes else ""
+            look += ' stroke-width="2.5"' if got else ' stroke-dasharray="4 3"' if sent else ""
+            opacity = 0.45 if done else 0.08 + 0.3 * (len(ranks) - 1) / max(p - 1, 1)
+            colour = f' fill="{PRIMARY}"' if done else ""
+            cells.append(
+                f'<rect x="{x_of(j)}" y="{y_of(rank)}" width="{CELL_W}" height="{CELL_H}" rx="4" '
+                f'fill-opacity="{opacity:.2f}"{colour}{look}/>'
+            )
+            labels.append(
+                text(x_of(j) + CELL_W / 2, y_of(rank) + CELL_H / 2, carried(ranks, p), bold=done)
+            )
+    # Cells share their fill, outline and corners through the group they sit in.
+    parts.append(
+        f'<g class="fig-ring-cells" fill="{ACCENT}" stroke="currentColor" stroke-width="1">'
+        + "".join(cells)
+        + "</g>"
+    )
+    parts += labels
+    arrows = []
+    for send in frame["sends"]:
+        x, src, dst = x_of(send["chunk"]), send["src"], send["dst"]
+        if dst == src + 1:  # straight down to the next row
+            cx = x + CELL_W / 2
+            arrows.append(f'<path d="M{cx:g},{y_of(src) + CELL_H + 1}V{y_of(dst) - 2}"/>')
+        else:  # the ring closes: from the last rank back up to rank 0, in the gap to the right
+            right = x + CELL_W
+            arrows.append(
+                f'<path d="M{right},{y_of(src) + CELL_H / 2:g}H{right + GAP_X / 2:g}'
+                f'V{y_of(dst) + CELL_H / 2:g}H{right + 2}"/>'
+            )
+    parts.append(
+        f'<g class="fig-arrow" fill="none" stroke="{ACCENT}" stroke-width="1.6" '
+        f'marker-end="url(#{uid}-arrow)">' + "".join(arrows) + "</g></svg>"
+    )
+    return "".join(parts)
+
+
+@view("ring")
+def ring_view(context):
+    """The stepper: every panel in order; stepper.js shows one at a time when it runs."""
+    result = context.result
+    uid = f"fig-{context.run.name}"
+    frames = result["frames"]
+    panels = []
+    for index, frame in enumerate(frames):
+        panel_id = f"{uid}-{index}"
+        panels.append(
+            f'<figure class="fig-stepper__panel" id="{panel_id}">'
+            f"{ring_panel(result, frame, panel_id)}"
+            f'<figcaption id="{panel_id}-caption">{ESC(ring_caption(result, frame))}</figcaption>'
+            "</figure>"
+        )
+    stepper = (
+        '<div class="fig-stepper" data-stepper role="group" '
+        'aria-label="Ring all_reduce, step by step">\n'
+        '<div class="fig-stepper__controls" hidden>'
+        '<button type="button" class="md-button" data-stepper-prev>Previous</button>'
+        '<span class="fig-stepper__status" aria-live="polite"></span>'
+        '<button type="button" class="md-button md-button--primary" data-stepper-next>'
+        "Next</button></div>\n" + "\n".join(panels) + "\n</div>\n"
+    )
+    return stepper + "\n" + ring_summary(result) + "\n"
+
+
+def ring_summary(result):
+    p, size = result["ranks"], result["tensor_bytes"]
+    formula = result["ring_formula_bytes"]
+    per_rank = set(result["bytes_sent"])
+    sent = f"{per_rank.pop()} B" if len(per_rank) == 1 else "different amounts"
+    exact = formula["numerator"] / formula["denominator"]
+    words = (
+        f"With \\(p = {p}\\) and \\(S = {size}\\) B, each rank sent {sent}; "
+        f"\\(2(p-1)S/p = {exact:g}\\) B. "
+    )
+    real = result.get("real")
+    if real is None:
+        return words + "This run did not compare the simulation with torch."
+    checks = result["checks"]
+    same = checks["real_all_reduce_equals_simulation"]
+    shards = checks["real_reduce_scatter_equals_simulation"]
+    return words + (
+        "The same build ran torch's `all_reduce` and `reduce_scatter` with gloo on "
+        f"{real['world_size']} processes, on the same integers: every rank's `all_reduce` result "
+        f"{'equals' if same else '**differs from**'} the simulation's, element for element, and "
+        f"the chunk `reduce_scatter` gave rank \\(j\\) "
+        f"{'equals' if shards else '**differs from**'} the simulation's complete chunk \\(j\\) "
+        f"(held by rank \\(j-1\\) in this schedule)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# DDP's overlap, measured: a timeline of one backward pass
+# ---------------------------------------------------------------------------------------------
+def plural(count, noun):
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def layer_segments(run, parameters):
+    """(layer, start, end) for each layer: from the previous layer's gradients to its own."""
+    ready = {}
+    for param in parameters:
+        at = run["ready"][param["name"]]
+        ready[param["layer"]] = max(ready.get(param["layer"], 0.0), at)
+    segments, previous = [], 0.0
+    for layer, at in sorted(ready.items(), key=lambda item: item[1]):
+        segments.append((layer, previous, at))
+        previous = at
+    return segments
+
+
+def comm_intervals(run):
+    if "buckets" in run:
+        return [(b["launch_s"], b["done_s"]) for b in run["buckets"]]
+    return [(c["launch_s"], c["done_s"]) for c in run["allreduces"]]
+
+
+def covered(intervals, until=float("inf")):
+    """Seconds during which at least one interval is in flight, counting only up to `until`."""
+    total, reach = 0.0, 0.0
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, until)
+        if end > start:
+            total += end - start
+        reach = max(reach, end)
+    return total
+
+
+def tick_step(span):
+    """A round tick spacing (1, 2 or 5 times a power of ten) giving five to ten ticks."""
+    step = 10.0 ** int(f"{span:e}".split("e")[1])
+    for factor in (0.1, 0.2, 0.5, 1, 2, 5):
+        if span / (step * factor) <= 10:
+            return step * factor
+    return step * 10
+
+
+def overlap_figure(result, uid):
+    ddp = result["ddp"]["runs"][result["ddp"]["shown"]]
+    naive = result["naive"]["runs"][result["naive"]["shown"]]
+    width, left, right = 760, 178, 14
+    span_ms = max(ddp["step_s"], naive["step_s"]) * 1e3 * 1.04
+    scale = (width - left - right) / span_ms
+
+    def x(seconds):
+        return left + seconds * 1e3 * scale
+
+    parts, y = [], 8
+    for name, run in (("DDP", ddp), ("naive", naive)):
+        top = y
+        parts.append(text(6, y + 9, f"{name}: backward", anchor="start"))
+        for layer, start, end in layer_segments(run, result["parameters"]):
+            parts.append(
+                f'<rect class="fig-bar fig-bar--compute" x="{x(start):.1f}" y="{y}" '
+                f'width="{max(x(end) - x(start), 1):.1f}" height="18" fill="{PRIMARY}" '
+                'fill-opacity="0.55" stroke="currentColor" stroke-width="0.5"/>'
+            )
+            if x(end) - x(start) >= 24:
+                parts.append(text((x(start) + x(end)) / 2, y + 9, f"L{layer}"))
+        y += 24
+        intervals = comm_intervals(run)
+        if name == "DDP":
+            label, row_h = f"DDP: all_reduce, {len(intervals)} buckets", 10
+            rows = len(intervals)
+        else:
+            label, row_h, rows = f"naive: {len(intervals)} all_reduces", 18, 1
+        parts.append(text(6, y + rows * row_h / 2, label, anchor="start"))
+        for i, (start, end) in enumerate(intervals):
+            row_y = y + (i if rows > 1 else 0) * row_h
+            shade = "0.75" if i % 2 == 0 or rows > 1 else "0.45"
+            parts.append(
+                f'<rect class="fig-bar fig-bar--comm" x="{x(start):.1f}" y="{row_y + 1}" '
+                f'width="{max(x(end) - x(start), 1):.1f}" height="{row_h - 2}" fill="{ACCENT}" '
+                f'fill-opacity="{shade}" stroke="currentColor" stroke-width="0.5"/>'
+            )
+        y += rows * row_h + 4
+        end_x = x(run["step_s"])
+        parts.append(
+            f'<path class="fig-rule" d="M{end_x:.1f},{top - 4}V{y}" stroke="currentColor" '
+            'stroke-width="1.2" stroke-dasharray="3 2" fill="none"/>'
+        )
+        parts.append(
+            text(
+                end_x - 4,
+                y + 8,
+                f"{'backward() returned' if name == 'DDP' else 'last all_reduce done'} "
+                f"{run['step_s'] * 1e3:.1f} ms",
+                anchor="end",
+                muted=True,
+            )
+        )
+        y += 26
+    axis_y = y
+    parts.append(
+        f'<path class="fig-axis" d="M{left},{axis_y}H{width - right}" stroke="currentColor" '
+        'stroke-width="1" fill="none"/>'
+    )
+    step = tick_step(span_ms)
+    tick = 0.0
+    while tick <= span_ms:
+        tx = left + tick * scale
+        parts.append(
+            f'<path class="fig-axis" d="M{tx:.1f},{axis_y}v5" stroke="currentColor" fill="none"/>'
+        )
+        parts.append(text(tx, axis_y + 14, f"{tick:g}", muted=True))
+        tick += step
+    parts.append(
+        text(
+            (left + width - right) / 2,
+            axis_y + 32,
+            "milliseconds since backward() was called (rank 0)",
+            muted=True,
+        )
+    )
+    height = axis_y + 42
+    return (
+        svg_open(width, height, f"{uid}-alt", "fig-timeline")
+        + f'<title id="{uid}-alt">{ESC(overlap_alt(result, ddp, naive))}</title>'
+        + "".join(parts)
+        + "</svg>"
+    )
+
+
+def overlap_alt(result, ddp, naive):
+    """The figure in words, every number read from the run."""
+    p, layers = result["world_size"], result["layers"]
+    ddp_last = max(ddp["ready"].values())
+    naive_last = max(naive["ready"].values())
+    buckets = ddp["buckets"]
+    return (
+        f"Measured timeline of one backward pass on rank 0 of {p} (gloo on CPU, {layers} "
+        f"Linear layers; of {result['iterations']} timed iterations, the one with the median "
+        "step time). DDP: the layers' "
+        f"gradients were ready from {min(ddp['ready'].values()) * 1e3:.1f} to "
+        f"{ddp_last * 1e3:.1f} ms; its {len(buckets)} bucket all_reduces were launched from "
+        f"{buckets[0]['launch_s'] * 1e3:.1f} ms on, while backward was still running, the last "
+        f"finished at {max(b['done_s'] for b in buckets) * 1e3:.1f} ms, and backward() returned "
+        f"at {ddp['step_s'] * 1e3:.1f} ms. Naive: backward finished at "
+        f"{naive_last * 1e3:.1f} ms, then {len(naive['allreduces'])} all_reduces ran one after "
+        f"another until {naive['step_s'] * 1e3:.1f} ms."
+    )
+
+
+@view("overlap")
+def overlap_view(context):
+    result = context.result
+    uid = f"fig-{context.run.name}"
+    ddp = result["ddp"]["runs"][result["ddp"]["shown"]]
+    naive = result["naive"]["runs"][result["naive"]["shown"]]
+    last_ready = max(ddp["ready"].values())
+    in_flight = covered(comm_intervals(ddp))
+    hidden = covered(comm_intervals(ddp), until=last_ready)
+    naive_comm = naive["step_s"] - naive["allreduces"][0]["launch_s"]
+    figure = f'<figure class="fig-overlap">{overlap_figure(result, uid)}</figure>\n'
+    summary = (
+        f"In the iteration drawn, DDP had an all_reduce in flight for {in_flight * 1e3:.1f} ms, "
+        f"{100 * hidden / in_flight:.0f} % of it before the last gradient was ready, and its "
+        f"step (backward plus gradient sync) took {ddp['step_s'] * 1e3:.1f} ms. The naive loop "
+        f"spent {naive_comm * 1e3:.1f} ms in its {len(naive['allreduces'])} all_reduces after "
+        f"backward, for a step of {naive['step_s'] * 1e3:.1f} ms. On its first iteration DDP "
+        f"used {plural(result['first_iteration_buckets'], 'bucket')}; the buckets drawn are "
+        "the ones it rebuilt from the gradient order it observed."
+    )
+    rows = "\n".join(
+        f"    | {b['index']} | {', '.join(f'`{name}`' for name in b['params'])} | "
+        f"{b['bytes'] / 2**20:.2f} | {b['launch_s'] * 1e3:.1f} | {b['done_s'] * 1e3:.1f} |"
+        for b in ddp["buckets"]
+    )
+    table = (
+        '??? abstract "The measured buckets"\n\n'
+        "    | Bucket | Parameters | MiB | Launched (ms) | Done (ms) |\n"
+        "    |---:|---|---:|---:|---:|\n"
+        f"{rows}\n\n"
+        "    Parameters are named as in the `nn.Sequential`: `2k.weight` and `2k.bias` belong "
+        "to the Linear layer drawn as Lk. "
+        f"Times are on rank 0's clock, from the call to `backward()`; world size "
+        f"{result['world_size']}, `bucket_cap_mb={result['bucket_cap_mb']:g}`, batch "
+        f"{result['batch']} per rank, {result['warmup']} warm-up iterations.\n"
+    )
+    return figure + "\n" + summary + "\n\n" + table

@@ -1,0 +1,73 @@
+"""DDP's overlap timeline (code/ddp_overlap.py): a consistent measurement, drawn from its numbers.
+
+Reads the record that the real build's run left in its lab cache and the module page built from
+it. The timings themselves are the machine's business and are never asserted; what is asserted
+is what any honest timeline of this program must satisfy (causality, every gradient reduced
+once, the same gradients both ways) and that the figure says what the record says.
+"""
+
+import html
+import json
+import re
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def overlap(built_site):
+    site, cache = built_site
+    (folder,) = cache.glob("overlap-*/")
+    result = json.loads((folder / "record.json").read_text())["result"]
+    markup = (site / "26-ddp" / "index.html").read_text(encoding="utf-8")
+    return result, markup
+
+
+def shown(result, method):
+    return result[method]["runs"][result[method]["shown"]]
+
+
+def test_ddp_buckets_cover_every_parameter_once_and_start_after_their_gradients(overlap):
+    result, _ = overlap
+    names = [p["name"] for p in result["parameters"]]
+    for run in result["ddp"]["runs"]:
+        reduced = [name for bucket in run["buckets"] for name in bucket["params"]]
+        assert sorted(reduced) == sorted(names)
+        assert len(run["buckets"]) > 1, "bucket_cap_mb should give several buckets"
+        for bucket in run["buckets"]:
+            last_ready = max(run["ready"][name] for name in bucket["params"])
+            assert last_ready <= bucket["launch_s"] <= bucket["done_s"] <= run["step_s"]
+        launched_by_index = [b["index"] for b in run["buckets"]]
+        assert launched_by_index == sorted(launched_by_index), "DDP launches in index order"
+
+
+def test_naive_reduces_each_parameter_after_the_whole_backward(overlap):
+    result, _ = overlap
+    names = [p["name"] for p in result["parameters"]]
+    for run in result["naive"]["runs"]:
+        assert [call["param"] for call in run["allreduces"]] == names
+        assert max(run["ready"].values()) <= run["backward_s"] <= run["allreduces"][0]["launch_s"]
+        ends = [call["done_s"] for call in run["allreduces"]]
+        starts = [call["launch_s"] for call in run["allreduces"]]
+        assert all(end <= start for end, start in zip(ends, starts[1:], strict=False))
+        assert run["step_s"] == ends[-1]
+    assert result["grad_max_abs_diff"] <= 1e-6, "both methods must produce the same gradients"
+
+
+def test_the_figure_and_its_text_alternative_come_from_the_record(overlap):
+    result, markup = overlap
+    ddp, naive = shown(result, "ddp"), shown(result, "naive")
+    (svg,) = re.findall(r'<svg class="fig-timeline".*?</svg>', markup, re.S)
+    (alt,) = re.findall(r'<title id="([^"]+)">(.*?)</title>', svg)
+    assert f'aria-labelledby="{alt[0]}"' in svg and 'role="img"' in svg
+    words = html.unescape(alt[1])
+    for value in (
+        ddp["step_s"],
+        naive["step_s"],
+        ddp["buckets"][0]["launch_s"],
+        max(b["done_s"] for b in ddp["buckets"]),
+    ):
+        assert f"{value * 1e3:.1f} ms" in words
+    assert f"{len(ddp['buckets'])} bucket all_reduces" in words
+    assert f"{len(naive['allreduces'])} all_reduces ran one after another" in words
+    bars = svg.count("fig-bar--comm")
+    assert bars == len(ddp["buckets"]) + len(naive["allreduces"])
