@@ -180,9 +180,16 @@ def yes_no(flag):
 
 
 def collectives_summary(flags):
-    passed = sum(bool(ok) for ok in flags.values())
-    failed = [name for name, ok in flags.items() if not ok]
-    return f"{passed} of {len(flags)}" + (f" (failed: {', '.join(failed)})" if failed else "")
+    """ "8 of 8", or which failed, and which could not run (null: the ring at world size 1)."""
+    ran = {name: ok for name, ok in flags.items() if ok is not None}
+    failed = [name for name, ok in ran.items() if not ok]
+    skipped = [name for name, ok in flags.items() if ok is None]
+    summary = f"{len(ran) - len(failed)} of {len(ran)}"
+    if failed:
+        summary += f" (failed: {', '.join(failed)})"
+    if skipped:
+        summary += f"; not run at this world size: {', '.join(skipped)}"
+    return summary
 
 
 def sweep_uri(name):
@@ -267,15 +274,25 @@ def human_bytes(count):
 
 
 def ring_fit(result):
-    """Least-squares fit of t = alpha + (2(p-1)/p) * S / beta to the sweep (the ring model)."""
+    """Fit t = alpha + (2(p-1)/p) * S / beta to the sweep: the ring model's two parameters.
+
+    The sizes span four orders of magnitude, so the fit minimises relative error (each point
+    weighted by 1/t); a plain least-squares fit would be decided by the largest sizes alone.
+    """
     p = result["world_size"]
-    xs = [2 * (p - 1) / p * point["bytes"] for point in result["sweep"]]
-    ts = [point["seconds"] for point in result["sweep"]]
-    mean_x, mean_t = sum(xs) / len(xs), sum(ts) / len(ts)
-    slope = sum((x - mean_x) * (t - mean_t) for x, t in zip(xs, ts, strict=True)) / sum(
-        (x - mean_x) ** 2 for x in xs
+    u = [1 / point["seconds"] for point in result["sweep"]]
+    v = [2 * (p - 1) / p * point["bytes"] / point["seconds"] for point in result["sweep"]]
+    suu, suv, svv = (
+        sum(a * a for a in u),
+        sum(a * b for a, b in zip(u, v, strict=True)),
+        sum(b * b for b in v),
     )
-    alpha = max(mean_t - slope * mean_x, 0.0)
+    su, sv = sum(u), sum(v)
+    determinant = suu * svv - suv * suv
+    alpha = (su * svv - sv * suv) / determinant
+    slope = (suu * sv - suv * su) / determinant
+    if alpha < 0:  # latency cannot be negative: fit the bandwidth term alone
+        alpha, slope = 0.0, sv / svv
     return {"alpha_s": alpha, "beta_GBps": 1 / slope / 1e9, "slope": slope}
 
 

@@ -384,9 +384,9 @@ def torch_refuses(tmp_path_factory):
         (["--steps", "five"], "invalid int value"),
     ],
 )
-def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses):
+def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
-    env["PYTHONPATH"] = str(torch_refuses)
+    env.update(PYTHONPATH=str(torch_refuses), TMPDIR=str(tmp_path))
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, str(LAB), *args], capture_output=True, text=True, env=env, timeout=30
@@ -396,3 +396,4 @@ def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses):
     (line,) = proc.stderr.strip().splitlines()
     assert message in line and "Traceback" not in line, line
     assert time.monotonic() - started < 5
+    assert list(tmp_path.iterdir()) == []  # no run directory was made

@@ -81,13 +81,13 @@ def test_results_table_equals_the_runs_json(built_site, page):
         "DistributedDataParallel with": [result["variants"]["ddp_no_sync"]["max_abs_diff"]],
         "Negative control": [result["control_max_abs_diff"]],
         "DDP gradient buckets": [result["ddp_buckets"]],
-        "4 MiB all_reduce: median time": [4, result["allreduce_4mib"]["seconds"] * 1e3],
+        "4 MiB all_reduce: median time": [result["allreduce_4mib"]["seconds"] * 1e3],
         "4 MiB all_reduce: algbw": [
-            4,
             result["allreduce_4mib"]["algbw_GBps"],
             result["allreduce_4mib"]["busbw_GBps"],
         ],
-        "4 MiB memory copy": [4, result["memcpy_4mib"]["GBps"]],
+        "4 MiB memory copy": [result["memcpy_4mib"]["GBps"]],
+        "reduce_scatter with": [0, result["reduce_scatter_avg_value"], 1, result["world_size"]],
         "busbw as a fraction": [result["busbw_over_memcpy"]],
     }
     for prefix, values in expected.items():
@@ -98,6 +98,8 @@ def test_results_table_equals_the_runs_json(built_site, page):
             assert got == pytest.approx(want, rel=6e-3, abs=6e-3), (prefix, got, want)
     replicas = [v for label, v in rows.items() if label.startswith("Replicas bit-identical")]
     assert replicas == ["yes" if result["replicas_identical"] else "no"]
+    averaging = [v for label, v in rows.items() if label.startswith("reduce_scatter with")]
+    assert averaging[0].startswith(result["reduce_scatter_avg_behaviour"])
 
 
 def test_sweep_figure_is_built_and_described(built_site):

@@ -1,0 +1,182 @@
+"""The NCCL DDP lab, code/26_ddp_nccl.py: what can be tested anywhere, and what needs GPUs.
+
+Anywhere: bad arguments fail in one line with status 2 before torch is imported; a machine
+without CUDA gets one line and status 2 (CUDA_VISIBLE_DEVICES="" makes any machine one); and
+the committed record of a GPU run, docs/labs/recorded/26_ddp_nccl.json, if there is one, has
+the schema and provenance the lab page relies on.
+
+With CUDA: the lab runs on every visible GPU through mp.spawn, and on up to two through
+torchrun, and must pass the gloo lab's checks (the ring and the control need two ranks); asking
+for more ranks than GPUs is refused. Without CUDA these tests skip and say why.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from site_tests.conftest import ROOT
+from site_tests.test_26_ddp_gloo import (
+    RUN_TIMEOUT,
+    Run,
+    check_buckets,
+    check_control,
+    check_replicas,
+    check_variants,
+)
+
+LAB = ROOT / "code" / "26_ddp_nccl.py"
+RECORD = ROOT / "docs" / "labs" / "recorded" / "26_ddp_nccl.json"
+SWEEP_BYTES = [4096 * 4**k for k in range(10)]  # 4 KiB to 1 GiB in powers of 4
+
+pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
+
+
+def assert_lab_passed(r):
+    """The gloo lab's checks, with the two that need a second rank kept for world size > 1."""
+    assert r["lab"] == "26_ddp_nccl" and r["backend"] == "nccl", r["lab"]
+    assert r["collectives_ok"], r["collectives"]
+    not_run = {name for name, ok in r["collectives"].items() if ok is None}
+    assert not_run == ({"send_recv_ring"} if r["world_size"] == 1 else set()), r["collectives"]
+    check_variants(r)
+    check_replicas(r)
+    check_buckets(r)
+    if r["world_size"] > 1:
+        check_control(r)
+    assert r["verdict"] == "PASS", r["failures"]
+
+
+def assert_gpu_schema(r):
+    """The GPU-only keys: provenance, both sweeps, the DDP step split."""
+    gpu = r["gpu"]
+    assert set(gpu) == {"model", "count", "capability", "memory_GiB", "driver", "cuda", "nccl"}
+    assert gpu["model"] and gpu["cuda"] and gpu["nccl"] and gpu["count"] >= r["world_size"]
+    for key in ("sweep", "sweep_bf16"):
+        assert [row["bytes"] for row in r[key]] == SWEEP_BYTES, key
+        for row in r[key]:
+            assert row["seconds"] > 0 and row["memcpy_GBps"] > 0, row
+            bus = row["algbw_GBps"] * 2 * (r["world_size"] - 1) / r["world_size"]
+            assert row["busbw_GBps"] == pytest.approx(bus), row
+    step = r["ddp_step"]
+    assert step["compute_only_s"] > 0 and step["with_comm_s"] > 0 and step["buckets"] >= 1
+    assert step["exposed_comm_s"] == pytest.approx(step["with_comm_s"] - step["compute_only_s"])
+    assert (r["note"] is not None) == (gpu["count"] == 1)
+    assert set(r["env"]) >= {"torch", "python", "platform", "cpu_model", "cpu_count"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Anywhere
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def torch_refuses(tmp_path_factory):
+    """A folder with a `torch` package that fails on import, to put first on PYTHONPATH."""
+    folder = tmp_path_factory.mktemp("no-torch")
+    (folder / "torch").mkdir()
+    (folder / "torch" / "__init__.py").write_text(
+        "raise ImportError('torch imported before the arguments were checked')\n"
+    )
+    return folder
+
+
+def one_line_error(args, env):
+    proc = subprocess.run(
+        [sys.executable, str(LAB), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "Traceback" not in line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--world-size", "0"], "--world-size must be at least 1"),
+        (["--steps", "0"], "--steps must be at least 1"),
+        (["--timeout", "0"], "--timeout must be a positive number"),
+        (["--json", "/no/such/dir/out.json"], "does not exist"),
+        (["--torchrun"], "--torchrun needs torchrun's environment"),
+        (["--world-size", "two"], "invalid int value"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env["PYTHONPATH"] = str(torch_refuses)
+    started = time.monotonic()
+    assert message in one_line_error(args, env)
+    assert time.monotonic() - started < 5
+
+
+def test_no_cuda_is_one_line_and_status_2():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    line = one_line_error([], env)
+    assert "no CUDA device is visible" in line and "gloo lab" in line, line
+
+
+def test_recorded_gpu_run_has_schema_and_provenance():
+    if not RECORD.is_file():
+        pytest.skip(f"no GPU run recorded yet ({RECORD.relative_to(ROOT)}; `nox -s record-gpu`)")
+    record = json.loads(RECORD.read_text())
+    assert {"name", "command", "started_utc", "wall_s", "git_commit", "stdout", "result"} <= set(
+        record
+    )
+    assert record["name"] == "nccl" and "26_ddp_nccl.py" in " ".join(record["command"])
+    r = record["result"]
+    assert_lab_passed(r)
+    assert_gpu_schema(r)
+    assert r["gpu"]["model"] in record["stdout"] and "verdict: PASS" in record["stdout"]
+
+
+# ---------------------------------------------------------------------------------------------
+# With CUDA
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpus():
+    """How many GPUs torch sees; skips the GPU tests where there are none."""
+    import torch  # only the GPU tests pay for the import
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the NCCL lab needs at least one GPU")
+    return torch.cuda.device_count()
+
+
+@pytest.fixture(scope="module")
+def spawned(gpus, tmp_path_factory):
+    spec = {"script": LAB, "args": []}
+    return Run("nccl_spawn", spec, tmp_path_factory.mktemp("nccl") / "spawn").execute()
+
+
+@pytest.fixture(scope="module")
+def torchrun(gpus, tmp_path_factory):
+    spec = {"script": LAB, "args": ["--torchrun"], "torchrun": True, "nproc": min(2, gpus)}
+    return Run("nccl_torchrun", spec, tmp_path_factory.mktemp("nccl") / "torchrun").execute()
+
+
+def test_spawn_over_every_gpu_passes(spawned, gpus):
+    assert spawned.returncode == 0, spawned.explain()
+    assert spawned.results["world_size"] == gpus
+    assert_lab_passed(spawned.results)
+    assert_gpu_schema(spawned.results)
+    assert spawned.stdout.count("verdict: PASS") == 1
+
+
+def test_torchrun_passes(torchrun, gpus):
+    assert torchrun.returncode == 0, torchrun.explain()
+    assert torchrun.results["launcher"] == "torchrun"
+    assert torchrun.results["world_size"] == min(2, gpus)
+    assert_lab_passed(torchrun.results)
+
+
+@pytest.mark.parametrize("which", ["spawned", "torchrun"])
+def test_gpu_runs_leave_nothing_behind(which, request):
+    run = request.getfixturevalue(which)
+    assert run.survivors == [] and run.leftovers == [], (run.survivors, run.leftovers)
+
+
+def test_more_ranks_than_gpus_is_refused(gpus):
+    line = one_line_error(["--world-size", str(gpus + 1)], dict(os.environ))
+    assert f"{gpus + 1} ranks on this machine need {gpus + 1} GPUs" in line, line
