@@ -6,10 +6,12 @@ on failure, on timeout and on a cache hit is tested on a tiny throw-away site wh
 torch, so those builds take about a second each.
 """
 
+import dataclasses
 import html
 import importlib.util
 import json
 import re
+import sys
 import textwrap
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
@@ -284,3 +286,64 @@ def test_an_unknown_marker_fails_the_build(demo_site):
     (folder / "docs" / "index.md").write_text("# Demo\n\n<!-- lab:nosuchrun:stdout -->\n")
     proc = build()
     assert proc.returncode != 0 and "unknown lab run 'nosuchrun'" in proc.stderr
+
+
+def test_nccl_views_render_a_gpu_record(built_site):
+    """No GPU record is committed yet; render the NCCL page's views from one shaped like it.
+
+    The shape is the gloo run's record plus the GPU-only keys that code/26_ddp_nccl.py writes
+    (its docstring lists them); the numbers are made up and only their placement is checked.
+    """
+    sys.path.insert(0, str(ROOT / "hooks"))
+    import lab_views
+    import labrunner
+
+    _, cache = built_site
+    gloo = record(cache, "gloo")
+    point = {"bytes": 4096, "seconds": 1.25e-5, "algbw_GBps": 0.33, "busbw_GBps": 0.5}
+    result = dict(
+        gloo["result"],
+        lab="26_ddp_nccl",
+        collectives=dict(gloo["result"]["collectives"], send_recv_ring=None),
+        sweep=[point],
+        sweep_bf16=[dict(point, seconds=1.5e-5, busbw_GBps=0.25)],
+        ddp_step={
+            "model": "2 x (Linear(8, 8) + GELU), bfloat16",
+            "parameters": 144,
+            "gradient_bytes": 288,
+            "batch": 4,
+            "buckets": 1,
+            "compute_only_s": 0.002,
+            "with_comm_s": 0.003,
+            "exposed_comm_s": 0.001,
+            "allreduce_gradients_s": 0.004,
+        },
+        gpu={
+            "model": "Test GPU",
+            "count": 1,
+            "capability": "9.0",
+            "memory_GiB": 1.0,
+            "driver": "1.0",
+            "cuda": "12.8",
+            "nccl": "2.27.3",
+        },
+        note="NCCL will not run two ranks on one GPU.",
+    )
+    run = labrunner.LabRun(
+        "nccl",
+        {"script": "code/26_ddp_nccl.py", "recorded": "docs/labs/recorded/x.json"},
+        ROOT,
+    )
+    context = lab_views.Context(
+        run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md", root=ROOT
+    )
+    results = lab_views.render("nccl-results", context)
+    assert "0.013 ms, 0.5 GB/s | 0.015 ms, 0.2 GB/s" in results
+    assert "| Share of that all_reduce hidden under backward | 75% |" in results
+    assert "not run at this world size: send_recv_ring" in results
+    assert "NCCL will not run two ranks on one GPU." in results
+    provenance = lab_views.render("provenance", context)
+    assert "1× Test GPU" in provenance and "1.0, 12.8, 2.27.3" in provenance
+    unrecorded = dataclasses.replace(context, record=None)
+    assert "No run recorded yet" in lab_views.render("provenance", unrecorded)
+    assert lab_views.render("nccl-results", unrecorded) == ""
