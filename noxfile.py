@@ -117,3 +117,10 @@ def links(session):
     python = shared_venv(session)
     session.run(python, "-m", "mkdocs", "build", "--strict", external=True)
     session.run(python, "site_tests/external_links.py", "site", external=True)
+
+
+@nox.session(default=False)
+def figures(session):
+    """Time fences, the gloo lab and cold/warm builds side by side with `import torch`."""
+    python = shared_venv(session)
+    session.run(python, "site_tests/measure_figures.py", external=True)

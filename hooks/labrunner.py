@@ -11,6 +11,7 @@ result (what the lab wrote with --json).
 import ast
 import contextlib
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -53,8 +54,13 @@ class LabRun:
         """The command a reader types (the build adds --json to it)."""
         return ["python", self.script.relative_to(self.root).as_posix(), *self.args]
 
+    @functools.cached_property
     def sources(self):
-        """The script and every project module it imports, directly or not, in a stable order."""
+        """The script and every project module it imports, directly or not, in a stable order.
+
+        Computed once per LabRun: a build (and each rebuild of `mkdocs serve`, which reloads
+        the config) makes new LabRuns, so an edited source is always seen.
+        """
         seen, todo = [], [self.script]
         while todo:
             path = todo.pop()
@@ -66,7 +72,7 @@ class LabRun:
 
     def cache_key(self):
         digest = hashlib.sha256()
-        for path in self.sources():
+        for path in self.sources:
             digest.update(path.relative_to(self.root).as_posix().encode() + b"\0")
             digest.update(path.read_bytes() + b"\0")
         digest.update(f"torch=={installed_torch()}\0python=={platform.python_version()}\0".encode())

@@ -60,7 +60,7 @@ def on_files(files, config):
         except labrunner.LabError as error:
             raise PluginError(str(error)) from None
     for run in RUNS.values():
-        for path in run.sources():
+        for path in run.sources:
             uri = path.relative_to(run.root).as_posix()
             if files.get_file_from_path(uri) is None:
                 files.append(File.generated(config, uri, abs_src_path=str(path)))

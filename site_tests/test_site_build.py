@@ -275,7 +275,7 @@ def test_the_cache_key_covers_the_torch_version(demo_site, monkeypatch):
     labrunner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(labrunner)
     run = labrunner.LabRun("demo", {"script": "code/demo.py", "args": ["--mode", "ok"]}, folder)
-    assert [p.name for p in run.sources()] == ["demo.py", "helper.py"]
+    assert [p.name for p in run.sources] == ["demo.py", "helper.py"]
     key = run.cache_key()
     monkeypatch.setattr(labrunner, "installed_torch", lambda: "2.99.0")
     assert run.cache_key() != key

@@ -1,0 +1,75 @@
+"""Measure the issues' speed figures side by side with `python -c "import torch"`, in one run.
+
+    python site_tests/measure_figures.py        (or: python3 -m nox -s figures)
+
+Each command runs a few times, interleaved with the torch import it is compared against, so
+that a change in the machine's load touches both; the table gives medians and their ratio.
+Nothing here is asserted: the figures are targets to report, not tests.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def wall(command, env=None, repeat=3):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    cold_cache = tempfile.mkdtemp(prefix="figures-cache-")
+    env_cold = dict(os.environ, LAB_CACHE_DIR=cold_cache)
+    rows = []
+    try:
+        baseline = wall([PY, "-c", "import torch"], repeat=5)
+        rows.append(("python -c 'import torch'", baseline))
+        rows.append(("nox -s fences", wall(["python3", "-m", "nox", "-s", "fences"])))
+        rows.append(
+            (
+                "gloo lab, world size 2, 5 steps",
+                wall([PY, "code/26_ddp_gloo.py", "--world-size", "2", "--steps", "5"], repeat=5),
+            )
+        )
+        start = time.perf_counter()
+        subprocess.run(
+            [PY, "-m", "mkdocs", "build", "--strict", "--site-dir", f"{cold_cache}/site"],
+            cwd=ROOT,
+            env=env_cold,
+            check=True,
+            capture_output=True,
+        )
+        cold = time.perf_counter() - start
+        labs = sum(
+            json.loads(path.read_text())["wall_s"]
+            for path in pathlib.Path(cold_cache).glob("*/record.json")
+        )
+        rows.append(("mkdocs build, cold cache", cold))
+        rows.append(("  of which the labs' own wall time", labs))
+        subprocess.run(
+            ["python3", "-m", "nox", "-s", "build"], cwd=ROOT, check=True, capture_output=True
+        )  # brings .cache/labs up to date: the next are warm
+        rows.append(("nox -s build, warm cache", wall(["python3", "-m", "nox", "-s", "build"])))
+        rows.append(("import torch, again", wall([PY, "-c", "import torch"], repeat=5)))
+    finally:
+        shutil.rmtree(cold_cache, ignore_errors=True)
+    print(f"{'command':42} {'median s':>9} {'× import torch':>15}")
+    for name, seconds in rows:
+        print(f"{name:42} {seconds:9.2f} {seconds / baseline:15.2f}")
+
+
+if __name__ == "__main__":
+    main()
