@@ -113,25 +113,18 @@ def cache_root(root):
 # ---------------------------------------------------------------------------------------------
 def git_commit(root):
     """The commit the sources are at, with -dirty when code/ or hooks/ has uncommitted edits."""
+
+    def git(*args):
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        )
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "code", "hooks"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--", "code", "hooks")
     except (OSError, subprocess.SubprocessError):
-        return "unknown (not a git checkout)"
+        return "unknown (no git commit to name)"
     return head + ("-dirty" if dirty else "")
 
 

@@ -111,14 +111,9 @@ def main():
         f"{args.rows} rows x {FEATURES} features in float64, {PER_RANK} rows per rank; "
         "BatchNorm1d in training mode"
     )
-    (results,) = harness.run_groups(
-        {"steps": three_steps},
-        world_size=WORLD_SIZE,
-        deadline_s=args.deadline_s,
-    ).values()
+    results = harness.run_one_group(three_steps, world_size=WORLD_SIZE, deadline_s=args.deadline_s)
     if not all(result.ok for result in results):
-        report.group("the ranks failed unexpectedly", results)
-        return report.finish(args.json, {"every rank answered": False}, results=results)
+        return report.failed_unexpectedly(args.json, results)
 
     values = [result.value for result in results]
     report.say(f"one process, whole batch:  mean {vector(values[0]['full_mean'])}")

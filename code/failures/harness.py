@@ -11,7 +11,8 @@ This module keeps the plumbing out of their way, so each of them reads as the st
   Every rank is a forked child that joins through a file:// store in a temporary directory and
   reports what its function returned or raised. A hung collective ends by the group's short
   timeout; a rank still alive at the deadline is killed; the directory is removed. Nothing
-  outlives the call.
+  outlives the call. `run_one_group` is the common case of a single group where nothing should
+  fail: the script's variants run in it one after the other.
 - `summarize` cuts a real exception message down to its first sentences, for the page.
 - `Report` prints the human report, remembers every line, and writes the JSON (machine facts
   under "env", the printed lines under "printed", the checks that decide the exit status).
@@ -226,6 +227,11 @@ def run_groups(variants, *, deadline_s, hang_timeout_s=None, world_size=2):
     return {name: [collected[name, rank] for rank in range(world_size)] for name in variants}
 
 
+def run_one_group(body, *, deadline_s, world_size=2):
+    """Run `body` in one `world_size`-rank group that should not hang; return its RankResults."""
+    return run_groups({"only": body}, deadline_s=deadline_s, world_size=world_size)["only"]
+
+
 def rank_main(variant, rank, world_size, folder, pg_timeout_s, *, answer, release, wait_s):
     """One rank: join the group, run the variant's body, report, wait to be released."""
     import torch
@@ -350,6 +356,11 @@ class Report:
             if result.status == "died":
                 what = f"died, {what}"
             self.say_wrapped(what, prefix=f"  rank {result.rank}  ")
+
+    def failed_unexpectedly(self, json_path, results):
+        """For a group meant to run cleanly: show how each rank ended, write the JSON, return 1."""
+        self.group("the ranks failed unexpectedly", results)
+        return self.finish(json_path, {"every rank answered": False}, results=results)
 
     def finish(self, json_path, checks, **results):
         """Write the JSON; return the exit status: 0 only if every check holds."""

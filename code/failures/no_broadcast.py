@@ -125,14 +125,11 @@ def main():
     )
     report.say(f"gap: largest parameter difference between replicas, step 0 -> step {args.steps}")
     report.say("losses: each replica's loss on the whole global batch")
-    (results,) = harness.run_groups(
-        {"variants": three_variants},
-        world_size=WORLD_SIZE,
-        deadline_s=args.deadline_s,
-    ).values()
+    results = harness.run_one_group(
+        three_variants, world_size=WORLD_SIZE, deadline_s=args.deadline_s
+    )
     if not all(result.ok for result in results):
-        report.group("the ranks failed unexpectedly", results)
-        return report.finish(args.json, {"every rank answered": False}, results=results)
+        return report.failed_unexpectedly(args.json, results)
 
     variants = results[0].value  # gaps and losses were gathered, so every rank holds the same
     width = max(map(len, variants))

@@ -88,14 +88,11 @@ def main():
         f"global batch B = {args.global_batch} on p = {WORLD_SIZE} ranks, b = {PER_RANK} each"
     )
     report.say("each rank's loss; DDP's gradient / the full-batch mean-loss gradient:")
-    (results,) = harness.run_groups(
-        {"ratios": compare_with_full_batch},
-        world_size=WORLD_SIZE,
-        deadline_s=args.deadline_s,
-    ).values()
+    results = harness.run_one_group(
+        compare_with_full_batch, world_size=WORLD_SIZE, deadline_s=args.deadline_s
+    )
     if not all(result.ok for result in results):
-        report.group("the ranks failed unexpectedly", results)
-        return report.finish(args.json, {"every rank answered": False}, results=results)
+        return report.failed_unexpectedly(args.json, results)
 
     ratios = results[0].value  # after the all-reduce every rank holds the same gradient
     width = max(map(len, LOSSES))

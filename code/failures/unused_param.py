@@ -87,14 +87,11 @@ def show_fixed(value):
 def main():
     report = harness.Report("unused parameter")
     report.say(f"{WORLD_SIZE} ranks, gloo; {STEPS} steps of a model with a layer it never calls")
-    (results,) = harness.run_groups(
-        {"both": broken_then_fixed},
-        world_size=WORLD_SIZE,
-        deadline_s=args.deadline_s,
-    ).values()
+    results = harness.run_one_group(
+        broken_then_fixed, world_size=WORLD_SIZE, deadline_s=args.deadline_s
+    )
     if not all(result.ok for result in results):
-        report.group("the ranks failed unexpectedly", results)
-        return report.finish(args.json, {"every rank answered": False}, results=results)
+        return report.failed_unexpectedly(args.json, results)
     report.group("DDP(model)", results, show_broken, timed=False)
     report.group("DDP(model, find_unused_parameters=True)", results, show_fixed, timed=False)
 
