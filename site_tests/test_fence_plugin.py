@@ -1,0 +1,109 @@
+"""The fence collector (site_tests/fence_plugin.py) closes the gaps that let a fence pass unrun.
+
+Each test writes a small Markdown file and runs pytest on it in a subprocess, exactly as
+`nox -s fences` does, then reads pytest's summary line.
+"""
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from site_tests.conftest import ROOT
+
+
+def run_fences(tmp_path, markdown):
+    page = tmp_path / "page.md"
+    page.write_text(textwrap.dedent(markdown))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            "pyproject.toml",
+            "--markdown-docs",
+            "-q",
+            str(page),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def summary(proc):
+    """pytest's closing counts, e.g. {"passed": 1, "failed": 1}."""
+    found = re.findall(r"(\d+) (passed|failed|skipped|error)", proc.stdout)
+    return {word: int(count) for count, word in found}
+
+
+def test_a_fence_inside_an_admonition_runs(tmp_path):
+    proc = run_fences(
+        tmp_path,
+        """\
+        # Page
+
+        !!! note "Inside"
+
+            ```python
+            raise AssertionError("the admonition's fence ran")
+            ```
+
+        ??? info "Collapsed"
+
+            ```python
+            assert 2 + 2 == 4
+            ```
+        """,
+    )
+    assert summary(proc) == {"failed": 1, "passed": 1}, proc.stdout
+    assert "the admonition's fence ran" in proc.stdout
+
+
+def test_a_skip_line_skips_with_its_reason(tmp_path):
+    proc = run_fences(
+        tmp_path,
+        """\
+        ```python
+        # fence: skip (needs two GPUs)
+        raise AssertionError("must not run")
+        ```
+        """,
+    )
+    assert summary(proc) == {"skipped": 1}, proc.stdout
+    assert "needs two GPUs" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "markdown, message",
+    [
+        (
+            """\
+            === "CPU"
+
+                ```python
+                assert False
+                ```
+            """,
+            "a python fence inside a content tab is never collected",
+        ),
+        (
+            """\
+            ```python
+            if __name__ == "__main__":
+                assert False
+            ```
+            """,
+            "never runs under pytest-markdown-docs",
+        ),
+    ],
+    ids=["content tab", "main guard"],
+)
+def test_a_fence_that_would_never_run_is_an_error(tmp_path, markdown, message):
+    proc = run_fences(tmp_path, markdown)
+    assert proc.returncode not in (0, 5), proc.stdout
+    assert message in proc.stdout + proc.stderr
