@@ -26,7 +26,8 @@ through a file in a fresh temporary directory (file://), so no port is needed. E
 
 Rank 0 also trains a single-process reference on the full (padded) batch and a control that
 trains on rank 0's shard without any communication, prints the report and writes the JSON.
-Shared machinery lives in ddp_lab.py, which the NCCL lab uses too.
+What the NCCL lab does too lives once, shared: the command line in lab_cli.py, the rest in
+ddp_lab.py.
 
 The --json file (one object):
   lab, backend, launcher ("mp.spawn" or "torchrun"), start_method ("spawn", "forkserver",
@@ -57,12 +58,14 @@ The --json file (one object):
 """
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+
+import lab_cli  # a sibling in code/, as are spawning and ddp_lab
+import spawning
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -70,48 +73,17 @@ STARTED = time.time()  # the JSON's timeline counts from here, imports included
 # ---------------------------------------------------------------------------------------------
 # Settings: checked before torch is imported, so a typo costs milliseconds, not seconds
 # ---------------------------------------------------------------------------------------------
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input in one line (no usage block) with exit status 2."""
-
-    def error(self, message):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv=None):
-    parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=None,
-        help="processes to spawn (default 2; --torchrun takes WORLD_SIZE)",
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=5,
-        help="optimizer steps per training variant; each step is one epoch",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=60.0,
-        help="seconds a rank waits for the others at a collective or checkpoint",
+    parser = lab_cli.OneLineParser(description=__doc__.split("\n\n")[0])
+    lab_cli.add_world_size_steps_timeout(
+        parser, "processes to spawn (default 2; --torchrun takes WORLD_SIZE)", timeout=60.0
     )
     parser.add_argument(
         "--sweep",
         action="store_true",
         help="also time all_reduce and memcpy from 4 KiB to 64 MiB (about 2 s)",
     )
-    parser.add_argument(
-        "--torchrun",
-        action="store_true",
-        help="take rank and world size from torchrun's environment (env://)",
-    )
-    parser.add_argument("--json", metavar="PATH", help="write every result to PATH as JSON")
+    lab_cli.add_torchrun_and_json(parser)
     parser.add_argument(
         "--start-method",
         choices=("spawn", "forkserver"),
@@ -123,25 +95,9 @@ def parse_args(argv=None):
     # rank R skip the replica check (a collective under an `if`), so the others wait for it.
     parser.add_argument("--inject-fault", metavar="KIND:RANK", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    if args.torchrun:
-        missing = [name for name in TORCHRUN_VARS if not os.environ.get(name)]
-        if missing:
-            parser.error(f"--torchrun needs torchrun's environment; {', '.join(missing)} not set")
-        from_env = int(os.environ["WORLD_SIZE"])
-        if args.world_size not in (None, from_env):
-            parser.error(f"--world-size {args.world_size} disagrees with WORLD_SIZE={from_env}")
-        args.world_size = from_env
-    elif args.world_size is None:
+    lab_cli.check_common(parser, args)
+    if args.world_size is None:
         args.world_size = 2
-    if args.world_size < 1:
-        parser.error(f"--world-size must be at least 1, got {args.world_size}")
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        parser.error(f"--json {args.json}: directory {os.path.dirname(args.json)!r} does not exist")
     args.fault = parse_fault(parser, args.inject_fault, args.world_size)
     return args
 
@@ -172,23 +128,21 @@ def start_forkserver(run_dir):
     import multiprocessing.forkserver
 
     multiprocessing.set_forkserver_preload(["__main__", "torch._dynamo"])
-    before, tempfile.tempdir = tempfile.tempdir, run_dir  # the server's socket goes in run_dir
-    try:
-        multiprocessing.forkserver.ensure_running()
-    except OSError as err:  # a socket path is limited to about 100 bytes
-        program = os.path.basename(sys.argv[0])
-        print(f"{program}: error: no forkserver socket in {run_dir}: {err}", file=sys.stderr)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        sys.stderr.flush()
-        os._exit(1)  # multiprocessing's exit hook would look for the directory just removed
-    finally:
-        tempfile.tempdir = before
+    with spawning.temp_files_in(run_dir):  # the server's socket goes in run_dir
+        try:
+            multiprocessing.forkserver.ensure_running()
+        except OSError as err:  # a socket path is limited to about 100 bytes
+            program = os.path.basename(sys.argv[0])
+            print(f"{program}: error: no forkserver socket in {run_dir}: {err}", file=sys.stderr)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            sys.stderr.flush()
+            os._exit(1)  # multiprocessing's exit hook would look for the directory just removed
 
 
 if __name__ == "__main__":
     ARGS = parse_args()
     if not ARGS.torchrun:
-        # One fresh directory for all this run puts on disk, removed by main(): the file://
+        # One fresh directory for all this run puts on disk, removed by lab.launch(): the file://
         # store, torch's per-rank error files, the forkserver's socket.
         ARGS.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
         if ARGS.start_method == "forkserver":
@@ -230,11 +184,7 @@ def run_rank(rank, world_size, init_method, args):
     reference, control = lab.reference_and_control(world_size, args.steps, CPU)
     checkpoint.passed["done"] = time.time()
     results = summarise(measured, reference, control, checkpoint.passed, args)
-    print_report(results)
-    if args.json:
-        write_json(results, args.json)
-    if results["failures"]:
-        raise RuntimeError("checks failed: " + "; ".join(results["failures"]))
+    lab.publish(results, report(results), args.json)
 
 
 def distributed_part(rank, world_size, args, checkpoint):
@@ -277,41 +227,14 @@ def distributed_part(rank, world_size, args, checkpoint):
 # ---------------------------------------------------------------------------------------------
 def summarise(m, reference, control, passed, args):
     """Everything measured, in the order of the JSON schema in the docstring, and the verdict."""
-    world_size = args.world_size
-    per_rank = len(lab.shard(world_size, 0, 0))
-    behaviour, value = m["reduce_scatter_avg"]
-    r = {
-        "lab": "26_ddp_gloo",
-        "backend": "gloo",
-        "launcher": "torchrun" if args.torchrun else "mp.spawn",
-        "start_method": None if args.torchrun else args.start_method,
-        "world_size": world_size,
-        "steps": args.steps,
-        "timeout_s": args.timeout,
-        "samples": lab.SAMPLES,
-        "per_rank": per_rank,
-        "padded": per_rank * world_size - lab.SAMPLES,
-        "collectives": m["collectives"],
-        "collectives_ok": all(ok is not False for ok in m["collectives"].values()),
-        "api": m["api"],
-        "reduce_scatter_avg_behaviour": behaviour,
-        "reduce_scatter_avg_value": value,
-        **lab.judge(m["params"], m["replicas"], reference, control),
-        "ddp_buckets": len(m["ddp_bucket_bytes"]),
-        "ddp_bucket_bytes": m["ddp_bucket_bytes"],
-        "allreduce_4mib": m["allreduce_4mib"],
-        "memcpy_4mib": m["memcpy_4mib"],
-        "busbw_over_memcpy": m["allreduce_4mib"]["busbw_GBps"] / m["memcpy_4mib"]["GBps"],
-    }
+    r = lab.summary("26_ddp_gloo", "gloo", args.start_method, m, reference, control, args)
     if args.sweep:
         r["sweep"] = m["sweep"]
-    r["timeline_s"] = {phase: at - args.started for phase, at in passed.items()}
-    r["failures"] = lab.failures(r)
-    r["verdict"] = "FAIL" if r["failures"] else "PASS"
-    return r
+    return lab.conclude(r, passed, args.started)
 
 
-def print_report(r):
+def report(r):
+    """What rank 0 prints: the run, the correctness table, the timing, the verdict."""
     ranks = f"{r['world_size']} rank" + "s" * (r["world_size"] > 1)
     padding = f" (DistributedSampler repeats {r['padded']} to pad)" if r["padded"] else ""
     ar, copy = r["allreduce_4mib"], r["memcpy_4mib"]
@@ -330,15 +253,7 @@ def print_report(r):
             f" {lab.format_bytes(first)} to {lab.format_bytes(last)} (in the JSON)"
         )
     lines.append(lab.verdict_line(r))
-    print("\n".join(lines), flush=True)
-
-
-def write_json(results, path):
-    from provenance import machine_facts  # a sibling in code/, which imports torch lazily
-
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump({**results, "env": machine_facts()}, out, indent=2)
-        out.write("\n")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,25 +261,7 @@ def write_json(results, path):
 # ---------------------------------------------------------------------------------------------
 def main(args):
     args.started = STARTED  # spawned ranks import this file afresh; they get the parent's clock
-    program = os.path.basename(sys.argv[0])
-    if args.torchrun:
-        rank = int(os.environ["RANK"])
-        try:
-            run_rank(rank, args.world_size, "env://", args)
-        except Exception as err:  # one line per failed rank; torchrun ends the others
-            print(f"{program}: error: rank {rank}: {err}", file=sys.stderr)
-            lab.exit_now(1)
-        lab.exit_now(0)
-    status = 0
-    try:
-        lab.spawn(run_rank, args.world_size, args.run_dir, (args,), args.start_method)
-    except lab.RankFailed as err:
-        print(f"{program}: error: {err}", file=sys.stderr)
-        status = 1
-    finally:
-        shutil.rmtree(args.run_dir, ignore_errors=True)
-    # The ranks are gone and run_dir is removed: skip a second of interpreter teardown.
-    lab.exit_now(status)
+    lab.launch(run_rank, args, args.start_method)
 
 
 if __name__ == "__main__":

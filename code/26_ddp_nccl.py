@@ -36,75 +36,31 @@ float32) and also:
   note         why the world size is 1 on a single GPU, else null
 """
 
-import argparse
 import contextlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
+import lab_cli  # a sibling in code/, as is ddp_lab
+
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 # ---------------------------------------------------------------------------------------------
 # Settings: checked before torch is imported, so a typo costs milliseconds, not seconds
 # ---------------------------------------------------------------------------------------------
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input in one line (no usage block) with exit status 2."""
-
-    def error(self, message):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv=None):
-    parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=None,
-        help="ranks to spawn, one per GPU (default: every visible GPU; --torchrun: WORLD_SIZE)",
+    parser = lab_cli.OneLineParser(description=__doc__.split("\n\n")[0])
+    lab_cli.add_world_size_steps_timeout(
+        parser,
+        "ranks to spawn, one per GPU (default: every visible GPU; --torchrun: WORLD_SIZE)",
+        timeout=120.0,
     )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=5,
-        help="optimizer steps per training variant; each step is one epoch",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        help="seconds a rank waits for the others at a collective or checkpoint",
-    )
-    parser.add_argument(
-        "--torchrun",
-        action="store_true",
-        help="take rank and world size from torchrun's environment (env://)",
-    )
-    parser.add_argument("--json", metavar="PATH", help="write every result to PATH as JSON")
+    lab_cli.add_torchrun_and_json(parser)
     args = parser.parse_args(argv)
-
-    if args.torchrun:
-        missing = [name for name in TORCHRUN_VARS if not os.environ.get(name)]
-        if missing:
-            parser.error(f"--torchrun needs torchrun's environment; {', '.join(missing)} not set")
-        from_env = int(os.environ["WORLD_SIZE"])
-        if args.world_size not in (None, from_env):
-            parser.error(f"--world-size {args.world_size} disagrees with WORLD_SIZE={from_env}")
-        args.world_size = from_env
-    if args.world_size is not None and args.world_size < 1:
-        parser.error(f"--world-size must be at least 1, got {args.world_size}")
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        parser.error(f"--json {args.json}: directory {os.path.dirname(args.json)!r} does not exist")
+    lab_cli.check_common(parser, args)  # a missing --world-size is settled once torch can count
     return args
 
 
@@ -173,11 +129,7 @@ def run_rank(rank, world_size, init_method, args):
     reference, control = lab.reference_and_control(world_size, args.steps, device)
     checkpoint.passed["done"] = time.time()
     results = summarise(measured, reference, control, checkpoint.passed, args)
-    print_report(results)
-    if args.json:
-        write_json(results, args.json)
-    if results["failures"]:
-        raise RuntimeError("checks failed: " + "; ".join(results["failures"]))
+    lab.publish(results, report(results), args.json)
 
 
 def distributed_part(rank, world_size, device, args, checkpoint):
@@ -265,41 +217,15 @@ def time_ddp_step(device, sync):
 # ---------------------------------------------------------------------------------------------
 def summarise(m, reference, control, passed, args):
     """Everything measured, with the gloo lab's keys first, then the GPU-only ones."""
-    world_size = args.world_size
-    per_rank = len(lab.shard(world_size, 0, 0))
-    behaviour, value = m["reduce_scatter_avg"]
-    r = {
-        "lab": "26_ddp_nccl",
-        "backend": "nccl",
-        "launcher": "torchrun" if args.torchrun else "mp.spawn",
-        "start_method": None if args.torchrun else "spawn",
-        "world_size": world_size,
-        "steps": args.steps,
-        "timeout_s": args.timeout,
-        "samples": lab.SAMPLES,
-        "per_rank": per_rank,
-        "padded": per_rank * world_size - lab.SAMPLES,
-        "collectives": m["collectives"],
-        "collectives_ok": all(ok is not False for ok in m["collectives"].values()),
-        "api": m["api"],
-        "reduce_scatter_avg_behaviour": behaviour,
-        "reduce_scatter_avg_value": value,
-        **lab.judge(m["params"], m["replicas"], reference, control),
-        "ddp_buckets": len(m["ddp_bucket_bytes"]),
-        "ddp_bucket_bytes": m["ddp_bucket_bytes"],
-        "allreduce_4mib": m["allreduce_4mib"],
-        "memcpy_4mib": m["memcpy_4mib"],
-        "busbw_over_memcpy": m["allreduce_4mib"]["busbw_GBps"] / m["memcpy_4mib"]["GBps"],
+    r = lab.summary("26_ddp_nccl", "nccl", "spawn", m, reference, control, args)
+    r |= {
         "sweep": m["sweep"],
         "sweep_bf16": m["sweep_bf16"],
         "ddp_step": m["ddp_step"],
         "gpu": gpu_facts(),
         "note": ONE_GPU_NOTE if torch.cuda.device_count() == 1 else None,
-        "timeline_s": {phase: at - args.started for phase, at in passed.items()},
     }
-    r["failures"] = lab.failures(r)
-    r["verdict"] = "FAIL" if r["failures"] else "PASS"
-    return r
+    return lab.conclude(r, passed, args.started)
 
 
 def gpu_facts():
@@ -333,7 +259,8 @@ def nvidia_driver():
     return lines[0] if out.returncode == 0 and lines else None
 
 
-def print_report(r):
+def report(r):
+    """What rank 0 prints: the GPUs, the correctness table, the sweep, the DDP step, the verdict."""
     g, step = r["gpu"], r["ddp_step"]
     ranks = f"{r['world_size']} rank" + "s" * (r["world_size"] > 1)
     lines = [
@@ -360,15 +287,7 @@ def print_report(r):
         f" the gradients' all_reduce alone takes {step['allreduce_gradients_s'] * 1e3:.2f} ms)",
         lab.verdict_line(r),
     ]
-    print("\n".join(lines), flush=True)
-
-
-def write_json(results, path):
-    from provenance import machine_facts  # a sibling in code/, which imports torch lazily
-
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump({**results, "env": machine_facts()}, out, indent=2)
-        out.write("\n")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,27 +304,13 @@ def main(args):
     if problem:
         print(f"{program}: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if args.torchrun:
-        rank = int(os.environ["RANK"])
-        try:
-            run_rank(rank, args.world_size, "env://", args)
-        except Exception as err:  # one line per failed rank; torchrun ends the others
-            print(f"{program}: error: rank {rank}: {err}", file=sys.stderr)
-            lab.exit_now(1)
-        lab.exit_now(0)
-    if args.world_size is None:
-        args.world_size = torch.cuda.device_count()
-    # The file:// store and torch's per-rank error files go in one fresh directory.
-    args.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
-    status = 0
-    try:
-        lab.spawn(run_rank, args.world_size, args.run_dir, (args,))
-    except lab.RankFailed as err:
-        print(f"{program}: error: {err}", file=sys.stderr)
-        status = 1
-    finally:
-        shutil.rmtree(args.run_dir, ignore_errors=True)
-    lab.exit_now(status)  # skip a second of interpreter teardown; nothing is left to do
+    if not args.torchrun:
+        if args.world_size is None:
+            args.world_size = torch.cuda.device_count()
+        # The file:// store and torch's per-rank error files go in one fresh directory, which
+        # lab.launch() removes.
+        args.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
+    lab.launch(run_rank, args)
 
 
 if __name__ == "__main__":

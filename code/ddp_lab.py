@@ -1,28 +1,32 @@
 """What the module 26 DDP labs share: one copy for gloo on CPU and for NCCL on GPU.
 
-The lab scripts, 26_ddp_gloo.py and 26_ddp_nccl.py, check their arguments, then call in here.
-Nothing below knows the backend or the device beyond the `device` and `sync` it is handed, so
-the same checks run on CPU tensors over TCP and on CUDA tensors over NVLink.
+The lab scripts, 26_ddp_gloo.py and 26_ddp_nccl.py, check their arguments with lab_cli.py
+before torch is imported, then call in here. Nothing below knows the backend or the device
+beyond the `device` and `sync` it is handed, so the same checks run on CPU tensors over TCP and
+on CUDA tensors over NVLink.
 
 Read it in the order a rank uses it:
   launching     mp.spawn over a file:// store, or torchrun's env://; a failure names its rank
   checkpoints   named barriers in the store that say which rank is missing
   collectives   eight collectives checked against closed forms
   training      naive data parallelism and DDP behind one interface, one training loop
-  experiment    the three variants, the reference and the control, and the verdict
+  experiment    the three variants, the reference and the control, the verdict, the report
   timing        all_reduce and memcpy bandwidth in nccl-tests' terms (algbw, busbw)
 """
 
 import contextlib
 import datetime
 import functools
+import json
 import logging
 import os
+import shutil
 import statistics
 import sys
-import tempfile
 import time
 
+import provenance  # siblings in code/ that the other labs use too
+import spawning
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -41,21 +45,6 @@ logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
 
 class RankFailed(Exception):
     """One rank of a run failed; the message names the rank and its error in one line."""
-
-
-@contextlib.contextmanager
-def temp_files_in(path):
-    """Send the temp files made by this process (tempfile) into `path` while inside.
-
-    mp.spawn names an error file for each rank with tempfile (pytorch-errorfile-*.pickle) and
-    leaves behind the ones that get written; inside, they land in the run's own directory.
-    """
-    before = tempfile.tempdir
-    tempfile.tempdir = path
-    try:
-        yield
-    finally:
-        tempfile.tempdir = before
 
 
 def exit_now(status=0):
@@ -95,7 +84,7 @@ def spawn(worker, world_size, run_dir, args=(), start_method="spawn"):
     """
     init_method = "file://" + os.path.join(run_dir, "store")
     try:
-        with temp_files_in(run_dir):
+        with spawning.temp_files_in(run_dir):
             # mp.spawn(fn, args, nprocs) is this call with start_method="spawn".
             mp.start_processes(
                 _run_then_exit,
@@ -116,6 +105,34 @@ def why(err, error_dir):
     if err.signal_name:
         return f"process ended by signal {err.signal_name}"
     return f"process ended with exit code {err.exit_code}"
+
+
+def launch(run_rank, args, start_method="spawn"):
+    """Run run_rank(rank, world_size, init_method, args) on every rank, then end this process.
+
+    Under torchrun (args.torchrun) this process is one of the ranks and finds the others through
+    torchrun's env://. Otherwise it spawns args.world_size ranks that meet in args.run_dir, a
+    fresh directory the caller made and this removes. A failure is one line on stderr, status 1.
+    """
+    program = os.path.basename(sys.argv[0])
+    if args.torchrun:
+        rank = int(os.environ["RANK"])
+        try:
+            run_rank(rank, args.world_size, "env://", args)
+        except Exception as err:  # one line per failed rank; torchrun ends the others
+            print(f"{program}: error: rank {rank}: {err}", file=sys.stderr)
+            exit_now(1)
+        exit_now(0)
+    status = 0
+    try:
+        spawn(run_rank, args.world_size, args.run_dir, (args,), start_method)
+    except RankFailed as err:
+        print(f"{program}: error: {err}", file=sys.stderr)
+        status = 1
+    finally:
+        shutil.rmtree(args.run_dir, ignore_errors=True)
+    # The ranks are gone and run_dir is removed: skip a second of interpreter teardown.
+    exit_now(status)
 
 
 def start_process_group(backend, init_method, rank, world_size, timeout_s, phases, device_id=None):
@@ -529,6 +546,50 @@ def judge(params, replicas, reference, control):
     }
 
 
+def summary(name, backend, start_method, m, reference, control, args):
+    """The keys every lab's JSON starts with, in the order 26_ddp_gloo.py's docstring lists.
+
+    `m` is what the lab measured on rank 0; the lab adds its own keys, then calls conclude().
+    """
+    world_size = args.world_size
+    per_rank = len(shard(world_size, 0, 0))
+    behaviour, value = m["reduce_scatter_avg"]
+    return {
+        "lab": name,
+        "backend": backend,
+        "launcher": "torchrun" if args.torchrun else "mp.spawn",
+        "start_method": None if args.torchrun else start_method,
+        "world_size": world_size,
+        "steps": args.steps,
+        "timeout_s": args.timeout,
+        "samples": SAMPLES,
+        "per_rank": per_rank,
+        "padded": per_rank * world_size - SAMPLES,
+        "collectives": m["collectives"],
+        "collectives_ok": all(ok is not False for ok in m["collectives"].values()),
+        "api": m["api"],
+        "reduce_scatter_avg_behaviour": behaviour,
+        "reduce_scatter_avg_value": value,
+        **judge(m["params"], m["replicas"], reference, control),
+        "ddp_buckets": len(m["ddp_bucket_bytes"]),
+        "ddp_bucket_bytes": m["ddp_bucket_bytes"],
+        "allreduce_4mib": m["allreduce_4mib"],
+        "memcpy_4mib": m["memcpy_4mib"],
+        "busbw_over_memcpy": m["allreduce_4mib"]["busbw_GBps"] / m["memcpy_4mib"]["GBps"],
+    }
+
+
+def conclude(r, passed, started):
+    """The keys every lab's JSON ends with: when each phase was passed, what failed, the verdict.
+
+    `passed` maps phase -> time.time() when every rank had arrived; `started` is the script's.
+    """
+    r["timeline_s"] = {phase: at - started for phase, at in passed.items()}
+    r["failures"] = failures(r)
+    r["verdict"] = "FAIL" if r["failures"] else "PASS"
+    return r
+
+
 def failures(r):
     """What a run's results get wrong, in words; an empty list is a PASS."""
     found = [f"collective {name}" for name, ok in r["collectives"].items() if ok is False]
@@ -577,6 +638,17 @@ def verdict_line(r):
         f"verdict: PASS - all three match full-batch training within {VARIANT_MAX:g},"
         f" replicas are bit-identical, the control is {r['control_max_abs_diff']:.2g} away"
     )
+
+
+def publish(r, report, json_path):
+    """Rank 0's last act: print the report, write the JSON if asked, and fail if a check did."""
+    print(report, flush=True)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as out:
+            json.dump({**r, "env": provenance.machine_facts()}, out, indent=2)
+            out.write("\n")
+    if r["failures"]:
+        raise RuntimeError("checks failed: " + "; ".join(r["failures"]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,14 +35,14 @@ The --json file (one object):
 """
 
 import argparse
-import contextlib
 import json
 import os
 import pathlib
 import statistics
 import sys
-import tempfile
 import time
+
+from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,28 +162,6 @@ def naive_backward(model, timeline, x, y, world_size):
     return {"ready": timeline.ready, "allreduces": calls, "backward_s": backward, "step_s": done}
 
 
-@contextlib.contextmanager
-def spawn_ranks(worker, world_size, args):
-    """mp.spawn the ranks; they meet through a file:// store in a fresh temp directory.
-
-    Each runs worker(rank, world_size, run_dir, *args) and may write its results into run_dir,
-    which the caller reads inside the `with`. Afterwards the directory is removed, together with
-    the error files mp.spawn names with tempfile. A failed rank ends the script with one line.
-    """
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="ddp-overlap-") as run_dir:
-        before, tempfile.tempdir = tempfile.tempdir, run_dir
-        try:
-            mp.spawn(worker, args=(world_size, run_dir, *args), nprocs=world_size)
-        except mp.ProcessRaisedException as error:
-            last_line = error.msg.strip().splitlines()[-1]
-            sys.exit(f"rank {error.error_index} failed: {last_line}")
-        finally:
-            tempfile.tempdir = before
-        yield run_dir
-
-
 def rank_worker(rank, world_size, run_dir, args):
     import copy
     import datetime
@@ -298,7 +276,7 @@ def main(argv=None):
     args = parse_args(argv)
     from provenance import machine_facts
 
-    with spawn_ranks(rank_worker, args.world_size, args=(args,)) as run_dir:
+    with spawn_ranks(rank_worker, args.world_size, (args,), "ddp-overlap-") as run_dir:
         measured = json.loads(pathlib.Path(run_dir, "rank0.json").read_text())
     result = {
         "world_size": args.world_size,

@@ -41,12 +41,10 @@ The --json file (one object):
 """
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import sys
-import tempfile
 import time
 from fractions import Fraction
 
@@ -162,28 +160,6 @@ def ring_formula_bytes(p, tensor_bytes):
 # ---------------------------------------------------------------------------------------------
 # The real thing: torch's all_reduce and reduce_scatter over gloo, on the same integers
 # ---------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def spawn_ranks(worker, world_size, args):
-    """mp.spawn `world_size` ranks that meet through a file:// store in a fresh temp directory.
-
-    Each rank runs worker(rank, world_size, run_dir, *args) and may leave files in run_dir; the
-    caller reads them inside the `with`. The directory, and any error files mp.spawn wrote into
-    it (it names them with tempfile), are gone afterwards. A failed rank exits with one line.
-    """
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="ring-allreduce-") as run_dir:
-        before, tempfile.tempdir = tempfile.tempdir, run_dir
-        try:
-            mp.spawn(worker, args=(world_size, run_dir, *args), nprocs=world_size)
-        except mp.ProcessRaisedException as error:
-            last_line = error.msg.strip().splitlines()[-1]
-            sys.exit(f"rank {error.error_index} failed: {last_line}")
-        finally:
-            tempfile.tempdir = before
-        yield run_dir
-
-
 def rank_worker(rank, world_size, run_dir, inputs, timeout_s):
     """One rank: all_reduce its vector, reduce_scatter it, write both answers to a file."""
     import datetime
@@ -216,9 +192,13 @@ def rank_worker(rank, world_size, run_dir, inputs, timeout_s):
 
 def real_collectives(inputs, timeout_s):
     """Every rank's answer from a real p-process gloo group, as [rank] lists."""
+    # A sibling in code/, imported here rather than at the top: the simulation needs no file
+    # but this one, and spawning imports torch only when it spawns.
+    from spawning import spawn_ranks
+
     p = len(inputs)
     clock = time.perf_counter()
-    with spawn_ranks(rank_worker, p, args=(inputs, timeout_s)) as run_dir:
+    with spawn_ranks(rank_worker, p, (inputs, timeout_s), "ring-allreduce-") as run_dir:
         answers = []
         for rank in range(p):
             with open(os.path.join(run_dir, f"rank{rank}.json")) as file:

@@ -46,3 +46,14 @@ def built_site(tmp_path_factory):
     proc = mkdocs_build(ROOT / "mkdocs.yml", site, cache)
     assert proc.returncode == 0, f"mkdocs build failed:\n{proc.stdout}\n{proc.stderr}"
     return site, cache
+
+
+@pytest.fixture(scope="module")
+def torch_refuses(tmp_path_factory):
+    """A folder with a `torch` package that fails on import, to put first on PYTHONPATH."""
+    folder = tmp_path_factory.mktemp("no-torch")
+    (folder / "torch").mkdir()
+    (folder / "torch" / "__init__.py").write_text(
+        "raise ImportError('torch imported before the arguments were checked')\n"
+    )
+    return folder

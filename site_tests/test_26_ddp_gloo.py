@@ -360,17 +360,6 @@ def test_checks_catch_a_broken_lab(run, failing):
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line, exit status 2, before torch is imported
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def torch_refuses(tmp_path_factory):
-    """A folder with a `torch` package that fails on import, to put first on PYTHONPATH."""
-    folder = tmp_path_factory.mktemp("no-torch")
-    (folder / "torch").mkdir()
-    (folder / "torch" / "__init__.py").write_text(
-        "raise ImportError('torch imported before the arguments were checked')\n"
-    )
-    return folder
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

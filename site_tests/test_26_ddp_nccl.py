@@ -70,17 +70,6 @@ def assert_gpu_schema(r):
 # ---------------------------------------------------------------------------------------------
 # Anywhere
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def torch_refuses(tmp_path_factory):
-    """A folder with a `torch` package that fails on import, to put first on PYTHONPATH."""
-    folder = tmp_path_factory.mktemp("no-torch")
-    (folder / "torch").mkdir()
-    (folder / "torch" / "__init__.py").write_text(
-        "raise ImportError('torch imported before the arguments were checked')\n"
-    )
-    return folder
-
-
 def one_line_error(args, env):
     proc = subprocess.run(
         [sys.executable, str(LAB), *args], capture_output=True, text=True, env=env, timeout=60
