@@ -108,11 +108,35 @@ def provenance_view(context):
 
 @view("source")
 def source_view(context):
-    relative = context.run.script.relative_to(context.root).as_posix()
-    text = context.run.script.read_text(encoding="utf-8")
-    return f"[Download `{relative}`]({context.link(relative)}){{: download }}\n\n" + fence(
-        "python", text, relative
-    )
+    """The script in full, then each project module it imports, folded, all downloadable."""
+    script = context.run.script
+    helpers = [path for path in context.run.sources if path != script]
+
+    def relative(path):
+        return path.relative_to(context.root).as_posix()
+
+    def download(path):
+        return f"[`{relative(path)}`]({context.link(relative(path))}){{: download }}"
+
+    text = f"Download {download(script)}"
+    if helpers:
+        text += ", and the modules it imports, which must sit in the same folder: " + ", ".join(
+            download(path) for path in helpers
+        )
+    text += ".\n\n" + fence("python", script.read_text(encoding="utf-8"), relative(script))
+    for path in helpers:
+        body = fence("python", path.read_text(encoding="utf-8"), relative(path))
+        text += (
+            f'\n<details class="quote" markdown="1" {NOT_SEARCHED}>\n'
+            f"<summary>{relative(path)}</summary>\n\n{body}\n</details>\n"
+        )
+    return f'<div markdown="1" {NOT_SEARCHED}>\n\n{text}\n</div>\n'
+
+
+# Material's search skips elements carrying this attribute (each must carry it: a <details>
+# inside an excluded <div> is indexed again). Source code would double the search index, and
+# search finds the prose that explains the code.
+NOT_SEARCHED = 'data-search-exclude="true"'
 
 
 def machine(result):
