@@ -103,7 +103,7 @@ def provenance_view(context):
             ("Driver, CUDA, NCCL", f"{gpu['driver']}, {gpu['cuda']}, {gpu['nccl']}"),
         ]
     table = "\n".join(f"    | {label} | {value} |" for label, value in rows)
-    return f'!!! info "Provenance: {where}"\n\n    | | |\n    |---|---|\n{table}\n'
+    return f'!!! info "Provenance: {where}"\n\n    | Fact | Value |\n    |---|---|\n{table}\n'
 
 
 @view("source")
@@ -278,7 +278,7 @@ def nccl_results_view(context):
         note + results_view(context) + "\n### all_reduce from 4 KiB to 1 GiB\n\n"
         "Median time and bus bandwidth (nccl-tests' busbw) per message size.\n\n"
         "| Size | float32: time, busbw | bfloat16: time, busbw |\n|---:|---:|---:|\n"
-        f"{sweep_rows}\n\n### One DDP training step\n\n| | |\n|---|---|\n"
+        f"{sweep_rows}\n\n### One DDP training step\n\n| Measure | Value |\n|---|---|\n"
         + "\n".join(f"| {label} | {value} |" for label, value in step_rows)
         + "\n"
     )
