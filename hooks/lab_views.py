@@ -20,7 +20,11 @@ class Context:
     run: object  # labs.LabRun
     record: dict | None  # None: a recorded run that has not been recorded yet
     page_uri: str
-    root: pathlib.Path
+
+    @property
+    def root(self):
+        """The project root, where the run's paths are relative to."""
+        return self.run.root
 
     @property
     def result(self):
@@ -330,10 +334,9 @@ def artifacts(name, record, cache):
         return {}
     files = {}
     for maker in FIGURES:
-        uri = maker.uri(name)
-        wanted = maker.applies(record["result"])
-        if not wanted:
+        if not maker.applies(record["result"]):
             continue
+        uri = maker.uri(name)
         digest = hashlib.sha256(record["key"].encode() + name.encode())
         digest.update(pathlib.Path(maker.render.__code__.co_filename).read_bytes())
         cached = cache / f"figure-{digest.hexdigest()[:16]}-{posixpath.basename(uri)}"

@@ -76,9 +76,8 @@ def on_page_markdown(markdown, page, config, files):
         name, view = match["run"], match["view"]
         if name not in RUNS:
             raise PluginError(f"{page.file.src_uri}: marker names unknown lab run {name!r}")
-        run = RUNS[name]
         context = lab_views.Context(
-            run=run, record=RECORDS[name], page_uri=page.file.src_uri, root=run.root
+            run=RUNS[name], record=RECORDS[name], page_uri=page.file.src_uri
         )
         return lab_views.render(view, context)
 

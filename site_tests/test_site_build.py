@@ -335,7 +335,7 @@ def test_nccl_views_render_a_gpu_record(built_site):
         ROOT,
     )
     context = lab_views.Context(
-        run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md", root=ROOT
+        run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md"
     )
     results = lab_views.render("nccl-results", context)
     assert "0.013 ms, 0.5 GB/s | 0.015 ms, 0.2 GB/s" in results
