@@ -1,24 +1,29 @@
 """Sessions for the course site: `nox -l` lists them, `nox -s NAME` runs one.
 
-Every session uses one shared virtual environment, `.venv`, made with the standard library's
-venv and pip (pip finds the CPU build of torch on this machine; uv would download a CUDA build).
-It is (re)installed only when requirements.txt changes, so a second run of any session installs
+Every session uses one shared virtual environment for the pinned torch, made with the standard
+library's venv and pip (pip sees the torch files on our build machines' disk; uv would not).
+Environments live outside the checkout, in `$DDP_COURSE_VENVS` (default
+`~/.cache/ddp-course/venvs`), one folder per torch release: a torch install is several GB, and
+keeping it there lets clean clones and CI runs on the same machine reuse it. An environment is
+(re)installed only when requirements.txt changes, so a second run of any session installs
 nothing.
 """
 
 import hashlib
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 import nox
 
 ROOT = pathlib.Path(__file__).parent
-VENV = ROOT / ".venv"
-PYTHON = VENV / "bin" / "python"
 REQUIREMENTS = ROOT / "requirements.txt"
-STAMP = VENV / "requirements.sha256"
+VENVS = pathlib.Path(
+    os.environ.get("DDP_COURSE_VENVS", pathlib.Path.home() / ".cache" / "ddp-course" / "venvs")
+)
+PINNED_TORCH = re.search(r"^torch==(\S+)$", REQUIREMENTS.read_text(), re.MULTILINE).group(1)
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
@@ -35,17 +40,26 @@ FENCE_ARGS = [
 ]
 
 
-def shared_venv(session):
-    """Create or refresh .venv when requirements.txt changed; return its python."""
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted:
-        return str(PYTHON)
-    if not PYTHON.exists():
-        session.log(f"creating {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    session.run(str(PYTHON), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS), external=True)
-    STAMP.write_text(wanted)
-    return str(PYTHON)
+def shared_venv(session, torch_version=PINNED_TORCH):
+    """Create or refresh the venv for `torch_version` when requirements.txt changed.
+
+    Returns its python. Every package but torch comes from requirements.txt as pinned.
+    """
+    venv = VENVS / f"torch-{torch_version}"
+    python, stamp = venv / "bin" / "python", venv / "requirements.sha256"
+    wanted = hashlib.sha256(REQUIREMENTS.read_bytes() + torch_version.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return str(python)
+    if not python.exists():
+        session.log(f"creating {venv}")
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    others = [line for line in REQUIREMENTS.read_text().splitlines() if not line.startswith("torch==")]
+    pins = venv / "requirements-with-torch.txt"
+    pins.write_text("\n".join([*others, f"torch=={torch_version}", ""]))
+    session.run(str(python), "-m", "pip", "install", "-q", "-r", str(pins), external=True)
+    stamp.write_text(wanted)
+    return str(python)
 
 
 def pytest(session, python, *args):
@@ -104,7 +118,7 @@ def browser(session):
 def record_gpu(session):
     """Run the NCCL lab on this GPU machine and write the record its page embeds.
 
-    Uses the shared .venv, or the interpreter given after `--` (a GPU node's own torch):
+    Uses the shared venv, or the interpreter given after `--` (a GPU node's own torch):
     `nox -s record-gpu -- /usr/bin/python3`.
     """
     python = session.posargs[0] if session.posargs else shared_venv(session)
