@@ -18,7 +18,7 @@ def overlap(built_site):
     site, cache = built_site
     (folder,) = cache.glob("overlap-*/")
     result = json.loads((folder / "record.json").read_text())["result"]
-    markup = (site / "26-ddp" / "index.html").read_text(encoding="utf-8")
+    markup = (site / "chapters" / "03-ddp" / "index.html").read_text(encoding="utf-8")
     return result, markup
 
 

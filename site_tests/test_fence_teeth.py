@@ -1,6 +1,6 @@
-"""The fences of docs/26-ddp.md must be able to fail.
+"""The core fences of the chapters (docs/chapters/*.md) must be able to fail.
 
-Each fence below is taken from the page by its title, run as written (it must pass), then run
+Each fence below is taken from the chapters by its title, run as written (it must pass), then run
 again with one claim broken by a text substitution (each mutant must end in AssertionError, not
 in some other error that would pass for the wrong reason). A missing fence or a substitution that
 no longer matches fails the test, so editing the page cannot quietly disarm it.
@@ -19,7 +19,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "26-ddp.md"
+CHAPTERS = sorted((ROOT / "docs" / "chapters").glob("*.md"))
 TIMEOUT_S = 60
 
 # A top-level titled python fence: ```python title="..."  ...  ```
@@ -97,13 +97,16 @@ json.dump(results, open(sys.argv[2], "w"))
 
 
 def page_fences():
-    """Every titled python fence of the page, by title; a title used twice is an error."""
+    """Every titled python fence of the chapters, by title: (page, body).
+
+    A title used twice, on one page or on two, is an error."""
     fences = {}
-    for match in FENCE.finditer(PAGE.read_text(encoding="utf-8")):
-        title = match["title"]
-        if title in fences:
-            raise AssertionError(f"{PAGE.name}: fence title {title!r} is used twice")
-        fences[title] = match["body"]
+    for page in CHAPTERS:
+        for match in FENCE.finditer(page.read_text(encoding="utf-8")):
+            title = match["title"]
+            if title in fences:
+                raise AssertionError(f"{page.name}: fence title {title!r} is used twice")
+            fences[title] = (page, match["body"])
     return fences
 
 
@@ -113,8 +116,8 @@ def build_jobs():
     jobs = []
     for title, substitutions in MUTANTS.items():
         if title not in fences:
-            raise AssertionError(f'{PAGE.name}: no fence ```python title="{title}"')
-        source = fences[title]
+            raise AssertionError(f'no chapter has a fence ```python title="{title}"')
+        source = fences[title][1]
         jobs.append({"title": title, "mutant": None, "source": source})
         for old, new in substitutions:
             found = source.count(old)
@@ -168,5 +171,5 @@ def test_scaling_table_on_page_is_what_the_fence_prints(runs):
     printed = runs["scaling model"][0]["stdout"].strip().splitlines()
     table = [line for line in printed if line.startswith("|")]
     assert len(table) >= 3, f"the scaling fence printed no table:\n{printed}"
-    page = PAGE.read_text(encoding="utf-8")
+    page = page_fences()["scaling model"][0].read_text(encoding="utf-8")
     assert "\n".join(table) in page, "the page's scaling table differs from what its fence prints"

@@ -102,7 +102,7 @@ class TracedChunk:
 def test_the_figure_and_the_module_pages_block_run_the_same_schedule(ring):
     """Run the page's own ring_all_reduce on traced chunks and compare its additions, step by
     step, with the sends in the figure's frames (which chunk lands where, carrying what)."""
-    page = (ROOT / "docs" / "26-ddp.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "chapters" / "02-collectives.md").read_text(encoding="utf-8")
     fences = re.findall(r"^```python[^\n]*\n(.*?)^```", page, re.S | re.M)
     (source,) = [body for body in fences if "def ring_all_reduce(" in body]
     (function,) = [
@@ -111,7 +111,7 @@ def test_the_figure_and_the_module_pages_block_run_the_same_schedule(ring):
         if isinstance(node, ast.FunctionDef) and node.name == "ring_all_reduce"
     ]
     namespace = {}
-    exec(compile(ast.Module([function], []), "26-ddp.md", "exec"), namespace)
+    exec(compile(ast.Module([function], []), "02-collectives.md", "exec"), namespace)
     for p in (2, 4, 5):
         log = []
         values = [[TracedChunk(r, j, {r}, log) for j in range(p)] for r in range(p)]
@@ -188,7 +188,7 @@ def build_record(cache, name):
 def test_the_module_page_steps_through_every_frame(built_site):
     site, cache = built_site
     result = build_record(cache, "ring")
-    markup = (site / "26-ddp" / "index.html").read_text(encoding="utf-8")
+    markup = (site / "chapters" / "02-collectives" / "index.html").read_text(encoding="utf-8")
     (stepper,) = re.findall(r"<div class=\"fig-stepper\" data-stepper.*?\n</div>", markup, re.S)
     panels = re.findall(r'<figure class="fig-stepper__panel" id="([^"]+)">(.*?)</figure>', stepper)
     assert len(panels) == len(result["frames"]) == 2 * (result["ranks"] - 1) + 1

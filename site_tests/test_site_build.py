@@ -67,41 +67,115 @@ def numbers_in(cell):
     return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", cell)]
 
 
-@pytest.mark.parametrize("page", ["labs/26-ddp-gloo", "26-ddp"])
+# How the results table rounds each kind of number, as pytest.approx tolerances: half a unit
+# of the last digit shown (a hair more, for the binary float under a decimal half). `abs=0`
+# matters for the 1e-16 differences: pytest.approx's default abs of 1e-12 would let any
+# value that small pass.
+SLACK = 1 + 1e-9
+
+
+def significant(figures):
+    return {"rel": 0.5 * 10 ** (1 - figures) * SLACK, "abs": 0}
+
+
+def decimals(places):
+    return {"rel": 0, "abs": 0.5 * 10**-places * SLACK}
+
+
+EXACT = {"rel": 0, "abs": 0}
+TABLE_ROWS = (
+    "Naive DDP",
+    "DistributedDataParallel:",
+    "DistributedDataParallel with",
+    "Negative control",
+    "DDP gradient buckets",
+    "4 MiB all_reduce: median time",
+    "4 MiB all_reduce: algbw",
+    "4 MiB memory copy",
+    "reduce_scatter with",
+    "busbw as a fraction",
+)
+
+
+def expected_table(result):
+    """{row label prefix: ([values], tolerance)}: what the results view must show, how close."""
+    variants, allreduce = result["variants"], result["allreduce_4mib"]
+    rows = [
+        ([variants["naive"]["max_abs_diff"]], significant(3)),
+        ([variants["ddp"]["max_abs_diff"]], significant(3)),
+        ([variants["ddp_no_sync"]["max_abs_diff"]], significant(3)),
+        ([result["control_max_abs_diff"]], significant(3)),
+        ([result["ddp_buckets"]], EXACT),
+        ([allreduce["seconds"] * 1e3], decimals(2)),
+        ([allreduce["algbw_GBps"], allreduce["busbw_GBps"]], decimals(2)),
+        ([result["memcpy_4mib"]["GBps"]], decimals(2)),
+        # "averages (rank 0 got 1.5 from inputs 1 … 2)", the value printed with :g
+        ([0, result["reduce_scatter_avg_value"], 1, result["world_size"]], significant(6)),
+        ([result["busbw_over_memcpy"]], decimals(3)),
+    ]
+    return dict(zip(TABLE_ROWS, rows, strict=True))
+
+
+def table_mismatches(rows, result):
+    """Every row of `rows` (label -> shown text) that does not show what `result` holds."""
+    problems = []
+    for prefix, (values, tolerance) in expected_table(result).items():
+        shown = [value for label, value in rows.items() if label.startswith(prefix)]
+        if len(shown) != 1:
+            problems.append(f"{prefix}: {len(shown)} rows")
+            continue
+        numbers = numbers_in(shown[0])
+        if len(numbers) != len(values) or any(
+            got != pytest.approx(want, **tolerance)
+            for got, want in zip(numbers, values, strict=True)
+        ):
+            problems.append(f"{prefix}: shows {shown[0]!r}, the run has {values}")
+    return problems
+
+
+def pages_with_marker(marker):
+    """Site paths of the pages whose Markdown carries `marker` (its view is embedded there)."""
+    return sorted(
+        path.relative_to(ROOT / "docs").with_suffix("").as_posix()
+        for path in (ROOT / "docs").rglob("*.md")
+        if marker in path.read_text(encoding="utf-8")
+    )
+
+
+@pytest.mark.parametrize("page", pages_with_marker("<!-- lab:gloo:results -->"))
 def test_results_table_equals_the_runs_json(built_site, page):
     site, cache = built_site
     result = record(cache, "gloo")["result"]
     rows = result_rows(page_text(site, page))
-
-    def cell(prefix):
-        (value,) = [v for label, v in rows.items() if label.startswith(prefix)]
-        return numbers_in(value)
-
-    expected = {
-        "Naive DDP": [result["variants"]["naive"]["max_abs_diff"]],
-        "DistributedDataParallel:": [result["variants"]["ddp"]["max_abs_diff"]],
-        "DistributedDataParallel with": [result["variants"]["ddp_no_sync"]["max_abs_diff"]],
-        "Negative control": [result["control_max_abs_diff"]],
-        "DDP gradient buckets": [result["ddp_buckets"]],
-        "4 MiB all_reduce: median time": [result["allreduce_4mib"]["seconds"] * 1e3],
-        "4 MiB all_reduce: algbw": [
-            result["allreduce_4mib"]["algbw_GBps"],
-            result["allreduce_4mib"]["busbw_GBps"],
-        ],
-        "4 MiB memory copy": [result["memcpy_4mib"]["GBps"]],
-        "reduce_scatter with": [0, result["reduce_scatter_avg_value"], 1, result["world_size"]],
-        "busbw as a fraction": [result["busbw_over_memcpy"]],
-    }
-    for prefix, values in expected.items():
-        shown = cell(prefix)
-        assert len(shown) == len(values), (prefix, shown)
-        for got, want in zip(shown, values, strict=True):
-            # The table rounds to three significant figures (or two decimals).
-            assert got == pytest.approx(want, rel=6e-3, abs=6e-3), (prefix, got, want)
+    assert table_mismatches(rows, result) == []
     replicas = [v for label, v in rows.items() if label.startswith("Replicas bit-identical")]
     assert replicas == ["yes" if result["replicas_identical"] else "no"]
     averaging = [v for label, v in rows.items() if label.startswith("reduce_scatter with")]
     assert averaging[0].startswith(result["reduce_scatter_avg_behaviour"])
+
+
+def times_ten(text):
+    """`text` with its first number shown ten times larger, in the same notation."""
+    match = re.search(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)
+    number = match[0]
+    if "e" in number:
+        mantissa, exponent = number.split("e")
+        bigger = f"{mantissa}e{int(exponent) + 1:+03d}"
+    elif float(number) == 0:
+        bigger = "10"
+    else:
+        bigger = f"{float(number) * 10:.{len(number.partition('.')[2])}f}"
+    return text[: match.start()] + bigger + text[match.end() :]
+
+
+@pytest.mark.parametrize("prefix", TABLE_ROWS)
+def test_a_table_edited_to_ten_times_a_value_fails(built_site, prefix):
+    site, cache = built_site
+    result = record(cache, "gloo")["result"]
+    rows = result_rows(page_text(site, "labs/26-ddp-gloo"))
+    ((label, value),) = [(k, v) for k, v in rows.items() if k.startswith(prefix)]
+    edited = dict(rows, **{label: times_ten(value)})
+    assert table_mismatches(edited, result) != [], (label, value, edited[label])
 
 
 def test_sweep_figure_is_built_and_described(built_site):
