@@ -1,0 +1,42 @@
+"""Run Markdown fences the way the fence tests do, and record what each one printed.
+
+    python hooks/fencerunner.py JOBS.json RESULTS.json
+
+JOBS is a list of {"id", "code"}; RESULTS becomes a list of {"id", "stdout", "error"}, where
+error is None or the fence's traceback. Each fence runs in a namespace of its own, as
+pytest-markdown-docs runs it (not as __main__), one after another in this one process, so that
+torch is imported once per page. Only the standard library is used: the build starts this with
+the site's Python, which is also the Python the fences are tested with.
+"""
+
+import contextlib
+import io
+import json
+import sys
+import traceback
+
+
+def run_fence(code, name):
+    """Execute one fence; return (what it printed, its traceback or None)."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, name, "exec"), {"__name__": "__fence__"})
+    except BaseException:  # a fence that calls sys.exit() has failed too
+        return printed.getvalue(), traceback.format_exc(limit=-8)
+    return printed.getvalue(), None
+
+
+def main(jobs_path, results_path):
+    with open(jobs_path, encoding="utf-8") as jobs_file:
+        jobs = json.load(jobs_file)
+    results = []
+    for job in jobs:
+        stdout, error = run_fence(job["code"], job["id"])
+        results.append({"id": job["id"], "stdout": stdout, "error": error})
+    with open(results_path, "w", encoding="utf-8") as results_file:
+        json.dump(results, results_file)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,129 @@
+"""MkDocs hook: run every python fence of a page at build time and show its output beneath it.
+
+The fence tests (`nox -s fences`) prove that each fence passes; this hook shows the reader what
+it printed. For each page:
+
+1. every python fence is found, at any indentation (fences inside `???` folds count);
+2. its cache key is the fence's text plus the torch and Python versions it runs on;
+3. the fences without a cached result run together in one child process
+   (`hooks/fencerunner.py`, with a timeout, deprecations as errors, as the tests run them);
+   one that fails fails the build with its traceback;
+4. what each printed is inserted after it as an "Output" block; a fence that prints nothing
+   gets none.
+
+Results live in `.cache/labs/fences/KEY.json` (beside the labs' cache, moved with it by
+LAB_CACHE_DIR), so a prose edit under `mkdocs serve` reruns nothing. A fence whose first line is
+`# fence: skip (reason)` is not run, here or in the tests.
+
+This hook must come before hooks/labs.py in mkdocs.yml: the labs' views add python blocks of
+their own (lab sources), which are shown, not run.
+"""
+
+import hashlib
+import json
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+
+from mkdocs.exceptions import PluginError
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import labrunner  # noqa: E402
+
+RUNNER = pathlib.Path(__file__).with_name("fencerunner.py")
+PAGE_TIMEOUT_S = 180  # all of one page's uncached fences, torch import included
+OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
+PYTHON_INFO = re.compile(r"^(?:python3?|py)\b")
+SKIP_LINE = re.compile(r"^#\s*fence:\s*skip\s*\(")
+WARNINGS_AS_ERRORS = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
+
+
+class Fence:
+    """A python fence of a page: where it ends, how it is indented, and its code."""
+
+    def __init__(self, line, end, indent, code):
+        self.line, self.end, self.indent, self.code = line, end, indent, code
+
+    @property
+    def key(self):
+        versions = f"torch=={labrunner.installed_torch()} python=={platform.python_version()}"
+        digest = hashlib.sha256(f"{versions}\0{RUNNER.read_text()}\0{self.code}".encode())
+        return digest.hexdigest()[:20]
+
+    @property
+    def skipped(self):
+        return bool(SKIP_LINE.match(self.code.lstrip()))
+
+
+def python_fences(lines):
+    """Every python fence in `lines`; fences inside other fences are text, not fences."""
+    fences, i = [], 0
+    while i < len(lines):
+        opening = OPENING.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        indent, ticks = opening["indent"], opening["ticks"]
+        closing = re.compile(rf"^{re.escape(indent)}{re.escape(ticks[0])}{{{len(ticks)},}}\s*$")
+        end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), len(lines))
+        if PYTHON_INFO.match(opening["info"].strip().lstrip("{. ")):
+            body = [line[len(indent) :] for line in lines[i + 1 : end]]
+            fences.append(Fence(i + 1, end, indent, "\n".join(body) + "\n"))
+        i = end + 1
+    return fences
+
+
+def cache_folder(config):
+    root = pathlib.Path(config.config_file_path).resolve().parent
+    return labrunner.cache_root(root) / "fences"
+
+
+def run_uncached(fences, page, config):
+    """Run the fences that have no cached output, in one process; cache what they print."""
+    folder = cache_folder(config)
+    todo = [f for f in fences if not f.skipped and not (folder / f"{f.key}.json").is_file()]
+    if not todo:
+        return
+    root = pathlib.Path(config.config_file_path).resolve().parent
+    with tempfile.TemporaryDirectory(prefix="fences-") as scratch:
+        jobs, results = pathlib.Path(scratch) / "jobs.json", pathlib.Path(scratch) / "out.json"
+        ids = {f"{page.file.src_uri}:{f.line}": f for f in todo}
+        jobs.write_text(json.dumps([{"id": i, "code": f.code} for i, f in ids.items()]))
+        command = [sys.executable, *WARNINGS_AS_ERRORS, str(RUNNER), str(jobs), str(results)]
+        try:
+            subprocess.run(command, cwd=root, timeout=PAGE_TIMEOUT_S, check=True)
+        except (subprocess.SubprocessError, OSError) as error:
+            raise PluginError(f"{page.file.src_uri}: the fence runner failed: {error}") from None
+        outcomes = json.loads(results.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    for outcome in outcomes:
+        if outcome["error"]:
+            raise PluginError(f"fence {outcome['id']} failed:\n{outcome['error']}")
+        fence = ids[outcome["id"]]
+        (folder / f"{fence.key}.json").write_text(json.dumps({"stdout": outcome["stdout"]}))
+
+
+def output_block(fence, stdout):
+    """The Markdown of an "Output" block at the fence's own indentation."""
+    body = [fence.indent + line if line else "" for line in stdout.rstrip("\n").split("\n")]
+    opening = f'{fence.indent}``` {{ .text .fence-output title="Output" }}'
+    return ["", opening, *body, f"{fence.indent}```"]
+
+
+def on_page_markdown(markdown, page, config, files):
+    lines = markdown.split("\n")
+    fences = python_fences(lines)
+    if not fences:
+        return markdown
+    run_uncached(fences, page, config)
+    folder = cache_folder(config)
+    for fence in reversed(fences):  # from the bottom, so earlier line numbers stay valid
+        if fence.skipped:
+            continue
+        stdout = json.loads((folder / f"{fence.key}.json").read_text())["stdout"]
+        if stdout.strip():
+            lines[fence.end + 1 : fence.end + 1] = output_block(fence, stdout)
+    return "\n".join(lines)
