@@ -54,7 +54,9 @@ def shared_venv(session, torch_version=PINNED_TORCH):
         session.log(f"creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    others = [line for line in REQUIREMENTS.read_text().splitlines() if not line.startswith("torch==")]
+    others = [
+        line for line in REQUIREMENTS.read_text().splitlines() if not line.startswith("torch==")
+    ]
     pins = venv / "requirements-with-torch.txt"
     pins.write_text("\n".join([*others, f"torch=={torch_version}", ""]))
     session.run(str(python), "-m", "pip", "install", "-q", "-r", str(pins), external=True)
@@ -82,6 +84,44 @@ def tests(session):
         return
     pytest(session, python, *FENCE_ARGS, "docs")
     pytest(session, python, "site_tests")
+
+
+# The torch releases the site is checked on: the pinned one, and the two before it. To check
+# one more, add it here; `nox -s releases` then builds its venv on first use.
+RELEASES = ["2.13.0", "2.14.1", PINNED_TORCH]
+# site_tests/ modules about the site itself (its build, its pages in a browser, its links, the
+# fence collector, the fences' teeth), which need only the pinned torch. Every other test_*.py
+# there runs a lab or a failure case, so a new lab's tests join the release matrix by themselves.
+SITE_ONLY_TESTS = {
+    "test_site_build.py",
+    "test_browser.py",
+    "test_external_links.py",
+    "test_fence_plugin.py",
+    "test_fence_teeth.py",
+}
+
+
+def lab_tests():
+    """The site_tests/ modules that run a lab: every test_*.py but the site-only ones."""
+    found = sorted((ROOT / "site_tests").glob("test_*.py"))
+    return [path.relative_to(ROOT).as_posix() for path in found if path.name not in SITE_ONLY_TESTS]
+
+
+@nox.session
+@nox.parametrize("torch", RELEASES)
+def releases(session, torch):
+    """Every fence and every lab's tests on one torch release (all three: nox -s releases)."""
+    python = shared_venv(session, torch)
+    pytest(session, python, *FENCE_ARGS, "docs")
+    pytest(session, python, *(session.posargs or lab_tests()))
+
+
+@nox.session(name="catch-rate", default=False)
+def catch_rate(session):
+    """Run the checks on the oldest release as if it were the pinned one; count what they catch."""
+    python = shared_venv(session, RELEASES[0])
+    args = ["--pretend", PINNED_TORCH, *session.posargs]
+    session.run(python, "site_tests/catch_rate.py", *args, external=True)
 
 
 @nox.session

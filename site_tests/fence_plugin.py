@@ -9,8 +9,17 @@ without running:
 - a fence whose body sits under `if __name__ == "__main__":` is a collection error, because
   fences do not run as __main__ and the body would be skipped silently;
 - a fence whose first line is `# fence: skip (REASON)` is reported as skipped with that reason.
+
+Two switches serve the release matrix's catch-rate measure (site_tests/catch_rate.py):
+- PRETEND_TORCH=2.15.0 makes `torch.__version__` read 2.15.0 inside every fence, and
+  `expected_release()` return it to the lab tests, while the installed torch keeps running: the
+  checks then hold an older release to the newer one's expectations, as if no note knew of it;
+- CHECK_REPORT=PATH writes every test's outcome (and a fence's code) to PATH as JSON.
 """
 
+import json
+import os
+import pathlib
 import re
 
 import pytest
@@ -71,3 +80,51 @@ def pytest_collection_modifyitems(items):
         skip = SKIP_LINE.match(first.strip())
         if skip:
             item.add_marker(pytest.mark.skip(reason=skip.group("reason")))
+
+
+# ---------------------------------------------------------------------------------------------
+# The release whose expectations apply, and a report of outcomes (for site_tests/catch_rate.py)
+# ---------------------------------------------------------------------------------------------
+def expected_release():
+    """The torch release the checks expect: PRETEND_TORCH if set, else the installed one."""
+    import torch
+    from torch.torch_version import TorchVersion
+
+    return TorchVersion(os.environ.get("PRETEND_TORCH") or torch.__version__)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Inside a fence, `torch.__version__` is the expected release (PRETEND_TORCH)."""
+    if not (os.environ.get("PRETEND_TORCH") and getattr(item, "code", None) is not None):
+        return (yield)
+    import torch
+
+    real = torch.__version__
+    torch.__version__ = expected_release()
+    try:
+        return (yield)
+    finally:
+        torch.__version__ = real
+
+
+REPORT = {}  # nodeid -> {outcome, message, code}, when CHECK_REPORT is set
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if os.environ.get("CHECK_REPORT"):
+        entry = REPORT.setdefault(
+            item.nodeid, {"outcome": "passed", "message": "", "code": getattr(item, "code", None)}
+        )
+        if entry["outcome"] == "passed" and not report.passed:
+            entry["outcome"] = report.outcome  # the first phase that did not pass decides
+            entry["message"] = (str(report.longrepr).strip().splitlines() or [""])[-1]
+    return report
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("CHECK_REPORT")
+    if path:
+        pathlib.Path(path).write_text(json.dumps(REPORT, indent=1))

@@ -4,6 +4,8 @@ Each test writes a small Markdown file and runs pytest on it in a subprocess, ex
 `nox -s fences` does, then reads pytest's summary line.
 """
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -14,9 +16,10 @@ import pytest
 from site_tests.conftest import ROOT
 
 
-def run_fences(tmp_path, markdown):
+def run_fences(tmp_path, markdown, **env):
     page = tmp_path / "page.md"
     page.write_text(textwrap.dedent(markdown))
+    environ = {k: v for k, v in os.environ.items() if k not in ("PRETEND_TORCH", "CHECK_REPORT")}
     return subprocess.run(
         [
             sys.executable,
@@ -32,6 +35,7 @@ def run_fences(tmp_path, markdown):
         capture_output=True,
         text=True,
         timeout=60,
+        env=environ | env,
     )
 
 
@@ -107,3 +111,33 @@ def test_a_fence_that_would_never_run_is_an_error(tmp_path, markdown, message):
     proc = run_fences(tmp_path, markdown)
     assert proc.returncode not in (0, 5), proc.stdout
     assert message in proc.stdout + proc.stderr
+
+
+VERSION_KEYED = """\
+```python
+import torch
+
+assert torch.__version__ == "9.9.0", f"the fence sees {torch.__version__}"
+```
+
+```python
+assert 2 + 2 == 4
+```
+"""
+
+
+def test_pretend_torch_sets_the_version_a_fence_sees(tmp_path):
+    """PRETEND_TORCH (the catch-rate switch) reaches the fence; without it, the real version."""
+    assert summary(run_fences(tmp_path, VERSION_KEYED)) == {"failed": 1, "passed": 1}
+    pretending = run_fences(tmp_path, VERSION_KEYED, PRETEND_TORCH="9.9.0")
+    assert summary(pretending) == {"passed": 2}, pretending.stdout
+
+
+def test_check_report_records_each_outcome_with_its_fence(tmp_path):
+    report = tmp_path / "report.json"
+    run_fences(tmp_path, VERSION_KEYED, CHECK_REPORT=str(report))
+    outcomes = json.loads(report.read_text())
+    by_outcome = {entry["outcome"]: entry for entry in outcomes.values()}
+    assert set(by_outcome) == {"failed", "passed"}, outcomes
+    assert "9.9.0" in by_outcome["failed"]["code"]
+    assert "the fence sees" in by_outcome["failed"]["message"]
