@@ -132,7 +132,9 @@ def execute(run):
     """Start the lab as a reader would, wait at most run.timeout, and return its record.
 
     The lab gets a process group of its own, so that on a timeout the ranks it spawned are
-    killed with it instead of outliving the build.
+    killed with it instead of outliving the build. It also gets a directory of its own as
+    TMPDIR, which the runner removes after any ending, a timeout included: whatever the lab or
+    its ranks leave in their temp dirs (stores, error files) goes with it.
     """
     with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
         json_path = pathlib.Path(scratch) / "result.json"
@@ -146,6 +148,7 @@ def execute(run):
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env=dict(os.environ, TMPDIR=scratch),
         )
         try:
             stdout, stderr = proc.communicate(timeout=run.timeout)
@@ -175,10 +178,18 @@ def execute(run):
     }
 
 
-def kill_leftovers(pgid):
-    """A lab that exits must not leave ranks behind; if it did, end them (and say nothing)."""
+def kill_leftovers(pgid, grace=5.0):
+    """A lab that exits must not leave ranks behind; if it did, end them (and say nothing).
+
+    Then wait, at most `grace` seconds, until none is left, so that no dying rank still writes
+    into the directory that is removed next.
+    """
+    deadline = time.monotonic() + grace
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)  # raises ProcessLookupError once the group is empty
+            time.sleep(0.05)
 
 
 class LabError(Exception):

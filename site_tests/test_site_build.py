@@ -10,6 +10,8 @@ import dataclasses
 import html
 import importlib.util
 import json
+import os
+import pathlib
 import re
 import sys
 import textwrap
@@ -182,11 +184,21 @@ def test_sweep_figure_is_built_and_described(built_site):
     site, cache = built_site
     result = record(cache, "gloo")["result"]
     markup = page_text(site, "labs/26-ddp-gloo")
-    (image,) = re.findall(r'<img alt="([^"]+)" src="([^"]+allreduce-sweep\.svg)"', markup)
-    alt, src = image
-    assert len(alt) > 40, "the figure needs alt text that describes it"
-    figure = (site / "labs/26-ddp-gloo" / src).resolve()
-    assert figure.is_file() and b"<svg" in figure.read_bytes()[:1000]
+    # One rendering per palette; Material shows the one whose suffix matches the palette.
+    images = dict(
+        (suffix, (alt, src))
+        for alt, src, suffix in re.findall(
+            r'<img alt="([^"]+)" height="\d+" src="([^"]+allreduce-sweep(?:-dark)?\.svg)'
+            r'#only-(light|dark)"',
+            markup,
+        )
+    )
+    assert sorted(images) == ["dark", "light"], images
+    for alt, src in images.values():
+        assert len(alt) > 40, "the figure needs alt text that describes it"
+        figure = (site / "labs/26-ddp-gloo" / src).resolve()
+        assert figure.is_file() and b"<svg" in figure.read_bytes()[:1000]
+    assert images["light"][1] != images["dark"][1]
     table = markup[markup.index("The measured points") :]
     assert table.count("<tr>") - 1 >= len(result["sweep"])  # a header row, then one per size
 
@@ -250,7 +262,7 @@ def test_no_traceback_anywhere_in_the_site(built_site):
 # The hook's contract, on a throw-away site
 # ---------------------------------------------------------------------------------------------
 DEMO_LAB = """\
-import argparse, json, pathlib, sys, time
+import argparse, json, pathlib, subprocess, sys, tempfile, time
 import helper
 
 parser = argparse.ArgumentParser()
@@ -260,6 +272,13 @@ parser.add_argument("--mode", default="ok")
 args = parser.parse_args()
 with open(args.runs_log, "a") as log:
     log.write("ran\\n")
+# What a lab leaves in its temp dir (a rank's store), and a rank that outlives a kill of the lab
+scratch = tempfile.mkdtemp(prefix="ddp-lab-")
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+rank = subprocess.Popen(sleep, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+pathlib.Path(args.runs_log).with_name("lab-tmp.json").write_text(
+    json.dumps({"scratch": scratch, "rank": rank.pid})
+)
 if args.mode == "fail":
     sys.exit("demo lab: the collective check failed on rank 1")
 if args.mode == "hang":
@@ -297,7 +316,7 @@ def demo_site(tmp_path):
         return mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site", tmp_path / "cache", 60)
 
     def runs():
-        return runs_log.read_text().count("ran") if runs_log.exists() else 0
+        return runs_log.read_text().splitlines().count("ran") if runs_log.exists() else 0
 
     configure()
     return tmp_path, configure, build, runs
@@ -318,6 +337,28 @@ def test_a_hung_lab_fails_the_build_at_its_timeout(demo_site):
     proc = build()
     assert proc.returncode != 0
     assert "timed out after 2 s" in proc.stderr
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail", "hang"])
+def test_a_lab_leaves_no_temp_dir_and_no_rank_however_it_ends(demo_site, mode):
+    """The runner owns the lab's TMPDIR: after a pass, a failure or a kill at the timeout, the
+    `ddp-lab-*` directory the lab made there is gone, and so is the rank it started."""
+    folder, configure, build, _ = demo_site
+    configure(mode=mode, timeout=4)
+    build()
+    left = json.loads((folder / "lab-tmp.json").read_text())
+    scratch = pathlib.Path(left["scratch"])
+    assert scratch.parent.name.startswith("lab-demo-"), f"TMPDIR was not the runner's: {scratch}"
+    assert not scratch.parent.exists(), f"{mode}: left {scratch.parent}"
+    assert not alive(left["rank"]), f"{mode}: rank {left['rank']} outlived the run"
 
 
 def test_cache_reruns_a_lab_only_when_its_key_changes(demo_site):
