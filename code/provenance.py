@@ -17,12 +17,18 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def machine_facts():
-    """Versions and hardware of this run, as plain JSON-ready values."""
-    import torch  # imported here so callers that only validate arguments stay fast
+def machine_facts(torch_version=None):
+    """Versions and hardware of this run, as plain JSON-ready values.
 
+    The build passes torch's version (it reads it from the package metadata) so that it need
+    not import torch itself; a lab passes nothing and reports the torch it runs.
+    """
+    if torch_version is None:
+        import torch  # imported here so callers that only validate arguments stay fast
+
+        torch_version = torch.__version__
     return {
-        "torch": torch.__version__,
+        "torch": torch_version,
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",
         "cpu_model": cpu_model(),

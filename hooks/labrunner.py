@@ -14,6 +14,7 @@ import datetime
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -37,22 +38,42 @@ class LabRun:
     """One declared run: which script, with which arguments, how long it may take."""
 
     def __init__(self, name, spec, root):
-        unknown = set(spec) - {"script", "args", "timeout", "recorded"}
+        unknown = set(spec) - {"script", "args", "timeout", "recorded", "torchrun", "inputs"}
         if unknown or "script" not in spec:
             raise LabError(f"lab run {name!r}: needs `script`, got keys {sorted(spec)}")
+        # torchrun: N starts the script as a reader would on one machine, with N processes;
+        # such a script is plain training code and writes no --json of its own.
+        self.torchrun = int(spec["torchrun"]) if "torchrun" in spec else None
         self.name = name
         self.root = root
         self.script = root / spec["script"]
         self.args = [str(arg) for arg in spec.get("args", [])]
         self.timeout = float(spec.get("timeout", 60))
         self.recorded = root / spec["recorded"] if "recorded" in spec else None
+        # inputs: globs of files the run reads without importing them (the exercises'
+        # tests and solutions, which the grader hands to pytest); they join the cache key.
+        self.inputs = [str(pattern) for pattern in spec.get("inputs", [])]
         if not self.script.is_file():
             raise LabError(f"lab run {name!r}: no script at {self.script}")
 
     @property
     def command(self):
-        """The command a reader types (the build adds --json to it)."""
-        return ["python", self.script.relative_to(self.root).as_posix(), *self.args]
+        """The command a reader types (the build adds --json to a plain python run)."""
+        script = self.script.relative_to(self.root).as_posix()
+        if self.torchrun:
+            return ["torchrun", *self.torchrun_flags, script, *self.args]
+        return ["python", script, *self.args]
+
+    @property
+    def torchrun_flags(self):
+        return ["--standalone", f"--nproc_per_node={self.torchrun}"]
+
+    def argv(self, json_path):
+        """What the build starts: the reader's command, with this Python."""
+        if self.torchrun:
+            launcher = [sys.executable, "-m", "torch.distributed.run", *self.torchrun_flags]
+            return [*launcher, str(self.script), *self.args]
+        return [sys.executable, str(self.script), *self.args, "--json", str(json_path)]
 
     @functools.cached_property
     def sources(self):
@@ -70,13 +91,24 @@ class LabRun:
             todo.extend(project_imports(path, self.root))
         return sorted(seen)
 
+    @functools.cached_property
+    def input_files(self):
+        """The files the `inputs` globs match; a glob that matches none is an error."""
+        found = set()
+        for pattern in self.inputs:
+            matched = {path.resolve() for path in self.root.glob(pattern) if path.is_file()}
+            if not matched:
+                raise LabError(f"lab run {self.name!r}: input {pattern!r} matches no file")
+            found |= matched
+        return sorted(found)
+
     def cache_key(self):
         digest = hashlib.sha256()
-        for path in self.sources:
+        for path in sorted(set(self.sources) | set(self.input_files)):
             digest.update(path.relative_to(self.root).as_posix().encode() + b"\0")
             digest.update(path.read_bytes() + b"\0")
         digest.update(f"torch=={installed_torch()}\0python=={platform.python_version()}\0".encode())
-        digest.update(json.dumps(self.args).encode())
+        digest.update(json.dumps([self.torchrun, self.args]).encode())
         return digest.hexdigest()[:16]
 
 
@@ -138,7 +170,7 @@ def execute(run):
     """
     with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
         json_path = pathlib.Path(scratch) / "result.json"
-        argv = [sys.executable, str(run.script), *run.args, "--json", str(json_path)]
+        argv = run.argv(json_path)
         started = datetime.datetime.now(datetime.UTC)
         clock = time.perf_counter()
         proc = subprocess.Popen(
@@ -163,9 +195,12 @@ def execute(run):
             raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
         if TRACEBACK in stdout:
             raise LabFailed(run, "printed a traceback", stdout, stderr)
-        if not json_path.is_file():
+        if run.torchrun:  # the script reports nothing but its output: say where it ran
+            result = {"env": run_provenance(run.root).machine_facts(installed_torch())}
+        elif not json_path.is_file():
             raise LabFailed(run, "wrote no --json file", stdout, stderr)
-        result = json.loads(json_path.read_text())
+        else:
+            result = json.loads(json_path.read_text())
     return {
         "name": run.name,
         "command": run.command,
@@ -176,6 +211,14 @@ def execute(run):
         "stdout": stdout,
         "result": result,
     }
+
+
+def run_provenance(root):
+    """code/provenance.py, the labs' own account of a machine, loaded by path."""
+    spec = importlib.util.spec_from_file_location("provenance", root / "code" / "provenance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kill_leftovers(pgid, grace=5.0):
