@@ -6,7 +6,6 @@ own traceback. Then, on the real site: every chapter fence that runs shows its o
 """
 
 import importlib.util
-import pathlib
 import re
 import textwrap
 
@@ -22,7 +21,6 @@ PAGE = """\
 Some prose.
 
 ```python title="counted"
-import pathlib
 with open(pathlib.Path({log!r}), "a") as log:
     log.write("ran\\n")
 print("seven times six is", 7 * 6)
