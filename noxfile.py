@@ -154,6 +154,13 @@ def browser(session):
     pytest(session, python, "site_tests/test_browser.py", *session.posargs)
 
 
+@nox.session
+def exercises(session):
+    """Grade your exercise files: `-- NAME` grades one (`-- --solutions` grades ours)."""
+    python = shared_venv(session)
+    session.run(python, "exercises/grade.py", *session.posargs, external=True)
+
+
 @nox.session(name="record-gpu", default=False)
 def record_gpu(session):
     """Run the NCCL lab on this GPU machine and write the record its page embeds.
