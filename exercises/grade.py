@@ -58,19 +58,24 @@ class Scores:
 
     def entry(self, report):
         name = pathlib.PurePath(report.nodeid.split("::")[0]).name
-        return self.files.setdefault(name, {"passed": 0, "failure": None, "s": 0.0})
+        return self.files.setdefault(name, blank())
 
     def pytest_runtest_logreport(self, report):
         entry = self.entry(report)
         entry["s"] += report.duration
         if report.when == "call" and report.passed:
             entry["passed"] += 1
-        if report.failed and entry["failure"] is None:
-            entry["failure"] = first_line(report)
+        if report.failed:
+            entry["failed"].append(report.nodeid.split("::", 1)[-1])
+            entry["failure"] = entry["failure"] or first_line(report)
 
     def pytest_collectreport(self, report):
         if report.failed:
             self.entry(report)["failure"] = first_line(report)
+
+
+def blank():
+    return {"passed": 0, "failure": None, "failed": [], "s": 0.0}
 
 
 def first_line(report):
@@ -97,7 +102,7 @@ def grade(numbers, known):
     )
     rows = []
     for number in numbers:
-        entry = scores.files.get(tests[number].name, {"passed": 0, "failure": None, "s": 0.0})
+        entry = scores.files.get(tests[number].name, blank())
         solved = entry["failure"] is None and entry["passed"] > 0
         rows.append(
             {
@@ -105,6 +110,7 @@ def grade(numbers, known):
                 "title": title(known[number]),
                 "solved": solved,
                 "first_failure": None if solved else entry["failure"] or "no tests ran",
+                "failed_tests": entry["failed"],
                 "seconds": round(entry["s"], 2),
             }
         )

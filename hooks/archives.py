@@ -17,11 +17,11 @@ and a page asks for its link with a marker on a line of its own:
     <!-- archive:exercises -->
 
 which becomes "Download exercises.zip (N files, K KB)". Markers are replaced in the page's
-HTML, after Markdown, so that a marker in a file the page includes with snippets works too. Everything unpacks into one folder,
-NAME/. The zip is built when the configuration loads, byte for byte the same for the same
-files (fixed timestamps, sorted names), and written in on_post_build. A marker naming an
-unknown archive, a glob that matches nothing, a missing README or a file outside `base`
-fails the build.
+HTML, after Markdown, so that a marker in a file the page includes with snippets works too.
+Everything unpacks into one folder, NAME/. The zip is built when the configuration loads,
+byte for byte the same for the same files (fixed timestamps, sorted names), and written in
+on_post_build. A marker naming an unknown archive, a glob that matches nothing, a missing
+README or a file outside `base` fails the build.
 """
 
 import io

@@ -1,0 +1,291 @@
+"""The exercises are gradable: every solution passes, every starter fails for its own gap.
+
+Each run below is one `grade.py --json` process over a folder laid out as a learner's
+download, so each exercise's tests run once per mode:
+- the solutions (what the build's `exercises` lab run also checks);
+- the starters, where each exercise must fail with its own NotImplementedError (exercise 4,
+  which builds on exercise 3, is graded beside exercise 3's solution; exercise 7 has no gap
+  to fill, only bugs: its starter must hang, the first of them);
+- solutions broken on purpose, one claim at a time, where exactly the test that guards the
+  claim must fail: the proof that the checks have teeth, including the hang message and the
+  "first all_reduce before backward finishes" timestamps.
+
+Every run gets a temp dir of its own as TMPDIR and a process group of its own; afterwards
+both must be empty. The cache key of the build's grading run is tested at the end.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from site_tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "hooks"))
+import labrunner  # noqa: E402
+
+EXERCISES = ROOT / "exercises"
+SOLUTIONS = EXERCISES / "solutions"
+NUMBERS = range(1, 8)
+RUN_TIMEOUT_S = 240
+
+
+def learner_folder(path, solved=(), mutants=None):
+    """A download-shaped folder: starters (or solutions for `solved`), tests, helpers.
+
+    mutants: {exercise file: [(old, new), ...]} applied to that file's solution.
+    """
+    path.mkdir()
+    for source in EXERCISES.glob("*.py"):
+        shutil.copy(source, path / source.name)
+    shutil.copy(EXERCISES / "pytest.ini", path / "pytest.ini")
+    for name in solved:
+        shutil.copy(SOLUTIONS / name, path / name)
+    for name, replacements in (mutants or {}).items():
+        text = (SOLUTIONS / name).read_text()
+        for old, new in replacements:
+            assert text.count(old) == 1, f"mutant of {name}: {old!r} is not in the solution once"
+            text = text.replace(old, new)
+        (path / name).write_text(text)
+    return path
+
+
+def grade(tmp_path, folder, *args):
+    """Run folder/grade.py; return {exercise: row}, after checking it left nothing behind."""
+    scratch, result = tmp_path / f"tmp-{folder.name}", tmp_path / f"{folder.name}.json"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("EXERCISES_FROM", "PYTHONPATH")}
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / "grade.py"), *args, "--json", str(result)],
+        cwd=folder,
+        env=dict(env, TMPDIR=str(scratch)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        leftovers = still_running(proc.pid)
+        if proc.poll() is None or leftovers:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not leftovers, f"the grader left processes behind:\n{output}"
+    # torch keeps one cache folder per user in the temp dir (torchinductor_USER), made when
+    # DDP first imports torch._dynamo; it is torch's, shared by every run, not a leftover.
+    left = [path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_")]
+    assert not left, f"the grader left {left} in TMPDIR"
+    assert "Traceback" not in output, output
+    rows = json.loads(result.read_text())["rows"]
+    return {row["exercise"]: row for row in rows}, proc.returncode, output
+
+
+def still_running(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def solutions(tmp_path_factory):
+    return grade(tmp_path_factory.mktemp("solutions"), EXERCISES, "--solutions")
+
+
+@pytest.fixture(scope="module")
+def starters(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("starters")
+    return grade(tmp, learner_folder(tmp / "starters"))
+
+
+@pytest.fixture(scope="module")
+def starter_4_on_solution_3(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("starter4")
+    return grade(tmp, learner_folder(tmp / "ex4", solved=["ex3_bucketed_ddp.py"]), "ex4")
+
+
+def test_there_are_seven_exercises_each_with_tests_solution_and_page():
+    for number in NUMBERS:
+        (starter,) = EXERCISES.glob(f"ex{number}_*.py")
+        assert (EXERCISES / f"test_{starter.name}").is_file()
+        assert (SOLUTIONS / starter.name).is_file()
+        page = (EXERCISES / "pages" / starter.with_suffix(".md").name).read_text()
+        assert page.startswith(f"## Exercise {number}: ")
+        assert f'--8<-- "exercises/solutions/{starter.name}"' in page
+        assert page.count('??? tip "Hint') in (2, 3)
+        assert '??? success "Solution"' in page
+
+
+def test_every_solution_passes(solutions):
+    rows, returncode, output = solutions
+    assert sorted(rows) == list(NUMBERS)
+    for number, row in rows.items():
+        assert row["solved"], f"exercise {number}'s solution fails: {row['first_failure']}"
+    assert returncode == 0 and "7 of 7 solved" in output
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 5, 6])
+def test_each_starter_fails_for_the_gap_it_leaves(starters, number):
+    rows, returncode, _ = starters
+    row = rows[number]
+    assert not row["solved"] and returncode == 1
+    assert f"NotImplementedError: exercise {number}: " in row["first_failure"]
+
+
+def test_starter_4_fails_for_its_own_gap_once_exercise_3_is_solved(starter_4_on_solution_3):
+    rows, returncode, _ = starter_4_on_solution_3
+    assert list(rows) == [4] and returncode == 1
+    assert "NotImplementedError: exercise 4: " in rows[4]["first_failure"]
+
+
+def test_starter_7_hangs_and_says_so(starters):
+    rows, _, output = starters
+    assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
+    assert "0 of 7 solved" in output
+
+
+# ---------------------------------------------------------------------------------------------
+# Teeth: break one claim of a solution, and exactly its test fails
+# ---------------------------------------------------------------------------------------------
+MUTANT_SETS = {
+    "first": {
+        # a rank that never sends: the receive must time out into the plain-words message
+        "ex1_ring_all_reduce.py": [
+            ("    sending = dist.isend(outgoing, dst=(rank + 1) % p)\n", ""),
+            ("    sending.wait()\n", ""),
+        ],
+        # a sum where a mean belongs
+        "ex2_naive_data_parallel.py": [("param.grad /= dist.get_world_size()", "pass")],
+        # every all_reduce launched at the end of backward: right answers, no overlap
+        "ex3_bucketed_ddp.py": [
+            (
+                "        if self.ready == len(self.params):\n"
+                "            self.work = dist.all_reduce(self.buffer, async_op=True)\n",
+                "",
+            ),
+            (
+                '            raise RuntimeError("a bucket never filled: is a parameter unused?")',
+                "            self.work = dist.all_reduce(self.buffer, async_op=True)",
+            ),
+        ],
+        # float32 on the wire: accurate, but no bytes saved
+        "ex5_comm_hook.py": [("buffer.to(torch.bfloat16)", "buffer.clone()")],
+        # Join that divides by the ranks still training: finishes, wrong parameters
+        "ex6_uneven_inputs.py": [
+            ("with Join([model]):", "with Join([model], divide_by_initial_world_size=False):")
+        ],
+        # set_epoch forgotten again
+        "ex7_fix_this_script.py": [("        sampler.set_epoch(epoch)", "        pass")],
+    },
+    "second": {
+        # reduce-scatter without the all-gather
+        "ex1_ring_all_reduce.py": [
+            (
+                "    for step in range(p - 1):  # all-gather",
+                "    for step in range(0):  # all-gather",
+            )
+        ],
+        # no_sync without `finally`
+        "ex4_no_sync.py": [
+            (
+                "try:\n            yield\n        finally:\n            self.syncing = True",
+                "yield\n        self.syncing = True",
+            )
+        ],
+        # the mean forgotten in the compressed hook
+        "ex5_comm_hook.py": [(".div_(dist.get_world_size())", "")],
+        # evaluation through DistributedSampler again: padding counted
+        "ex7_fix_this_script.py": [
+            (
+                "Subset(dataset, range(rank, len(dataset), world_size))",
+                "Subset(dataset, [*range(rank, len(dataset), world_size)] + [0] * rank)",
+            )
+        ],
+    },
+}
+
+EXPECTED = {
+    ("first", 1): (
+        {"*"},
+        "rank 0 waited 10 s in exercise 1's ring_all_reduce: a rank did not send",
+    ),
+    ("first", 2): ({"test_training_matches_the_full_batch_reference"}, "full-batch reference"),
+    ("first", 3): (
+        {f"test_first_all_reduce_starts_before_backward_finishes[{cap}]" for cap in (1000, 3000)},
+        "started after the last gradient was ready",
+    ),
+    ("first", 5): ({"test_bytes_on_the_wire_are_halved"}, "not bfloat16"),
+    ("first", 6): ({"test_parameters_are_those_of_join_or_of_equal_work"}, "match neither fix"),
+    ("first", 7): (
+        {"test_every_epoch_visits_the_samples_in_a_new_order"},
+        "in the same order in epochs 0 and 1",
+    ),
+    ("second", 1): (
+        {f"test_every_rank_holds_the_sum[{p}]" for p in (2, 3, 4)}
+        | {f"test_each_rank_sends_2_p_minus_1_over_p_of_the_tensor[{p}]" for p in (2, 3, 4)},
+        "differs from dist.all_reduce's",
+    ),
+    ("second", 4): ({"test_an_error_inside_no_sync_leaves_sync_on"}, "restore sync in `finally`"),
+    ("second", 5): (
+        {"test_result_is_within_bf16_rounding_of_the_float32_average"},
+        "more than bfloat16 rounding",
+    ),
+    ("second", 7): ({"test_the_evaluation_counts_each_sample_once"}, "counted 12 samples"),
+}
+
+
+@pytest.fixture(scope="module")
+def mutants(tmp_path_factory):
+    graded = {}
+    for name, mutated in MUTANT_SETS.items():
+        tmp = tmp_path_factory.mktemp(f"mutants-{name}")
+        solved = [path.name for path in SOLUTIONS.glob("ex*.py")]
+        folder = learner_folder(tmp / name, solved=solved, mutants=mutated)
+        numbers = sorted(int(file[2]) for file in mutated)
+        graded[name] = grade(tmp, folder, *map(str, numbers))[0]
+    return graded
+
+
+@pytest.mark.parametrize(("mutant_set", "number"), sorted(EXPECTED))
+def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
+    failing, words = EXPECTED[mutant_set, number]
+    row = mutants[mutant_set][number]
+    assert not row["solved"], f"exercise {number} passed with a broken solution"
+    if failing != {"*"}:
+        assert set(row["failed_tests"]) == failing
+    assert words in row["first_failure"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The build's grading run reruns when any exercise file changes
+# ---------------------------------------------------------------------------------------------
+def exercises_run():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    return labrunner.LabRun("exercises", config["extra"]["lab_runs"]["exercises"], ROOT)
+
+
+def test_the_grading_run_keys_on_every_exercise_file():
+    keyed = set(exercises_run().input_files)
+    wanted = {*EXERCISES.glob("*.py"), *SOLUTIONS.glob("*.py"), EXERCISES / "pytest.ini"}
+    assert {path.resolve() for path in wanted} <= keyed
+
+
+def test_an_edited_input_changes_the_key_and_a_glob_matching_nothing_fails(tmp_path):
+    (tmp_path / "run.py").write_text("print('hi')\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("one\n")
+    spec = {"script": "run.py", "inputs": ["data/*.txt"]}
+    before = labrunner.LabRun("demo", spec, tmp_path).cache_key()
+    (tmp_path / "data" / "a.txt").write_text("two\n")
+    assert labrunner.LabRun("demo", spec, tmp_path).cache_key() != before
+    without = labrunner.LabRun("demo", {"script": "run.py"}, tmp_path).cache_key()
+    assert without != before
+    missing = labrunner.LabRun("demo", {**spec, "inputs": ["nothing/*.py"]}, tmp_path)
+    with pytest.raises(labrunner.LabError, match="matches no file"):
+        missing.cache_key()
