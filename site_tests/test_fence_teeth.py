@@ -53,6 +53,15 @@ MUTANTS = {
         ("chunk_bytes = Fraction(S, p)", "chunk_bytes = Fraction(S, p - 1)"),
         ("data[(r + 1) % p][j] += chunk", "data[(r + 1) % p][j] = chunk"),
     ],
+    "what each rank holds": [
+        ("torch.stack([x[r] for x in xs]).sum(0)", "torch.stack([x[0] for x in xs]).sum(0)"),
+        ("torch.stack(pieces) for _", "torch.stack(pieces[::-1]) for _"),
+        ("total = torch.stack(xs).sum(0)", "total = torch.stack(xs).mean(0)"),
+        ("[torch.stack([x[r] for x in xs]) for r", "[torch.stack([x[-r] for x in xs]) for r"),
+    ],
+    "algbw and busbw": [
+        ("busbw = algbw * 2 * (ranks - 1) / ranks", "busbw = algbw * (ranks - 1) / ranks"),
+    ],
     "DistributedSampler": [
         ("    sampler.set_epoch(1)\n", "    pass\n"),
         ("padded = order + order[:2]", "padded = order + order[-2:]"),
@@ -93,6 +102,36 @@ MUTANTS = {
             "launched.append(bucket.buffer().numel())",
             "launched.extend([bucket.buffer().numel()] * 2)",
         ),
+    ],
+    "naive data parallelism": [
+        ("        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)\n", ""),
+    ],
+    "bucket rebuild": [
+        ("bucket_layouts(3, bucket_cap_mb=25)", "bucket_layouts(3, bucket_cap_mb=None)"),
+        ("bucket_cap_mb_list=[2, 2]", "bucket_cap_mb_list=[1, 25]"),
+    ],
+    "gradients as bucket views": [
+        ("gradient_as_bucket_view=as_view", "gradient_as_bucket_view=False"),
+        ("buckets.append(bucket.buffer())", "buckets.append(bucket.buffer().clone())"),
+    ],
+    "autocast and GradScaler under DDP": [
+        ('autocast("cpu", dtype=torch.float16)', 'autocast("cpu", dtype=torch.bfloat16)'),
+        ("sent.append(bucket.buffer().dtype)", "sent.append(out.dtype)"),
+    ],
+    "clip after the sync": [
+        (
+            "right = clipped(sum(local) / 2, max_norm=1.0)",
+            "right = sum(clipped(g, max_norm=1.0) for g in local) / 2",
+        ),
+        ("return grad * min(1.0, max_norm", "return grad * max(1.0, max_norm"),
+    ],
+    "finalize_backward": [
+        ("ddp.finalize_backward()  # wait", "pass  # wait"),
+        ("mul_(10)", "mul_(1)"),
+    ],
+    "PowerSGD by hand": [
+        ("target = grad + residual", "target = grad"),
+        ("p = p / p.norm()", "p = p / 2"),
     ],
     "scaling model": [
         (
