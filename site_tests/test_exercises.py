@@ -14,8 +14,10 @@ Every run gets a temp dir of its own as TMPDIR and a process group of its own; a
 both must be empty. The cache key of the build's grading run is tested at the end.
 """
 
+import html
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,13 +26,14 @@ import sys
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, mkdocs_build
 
 sys.path.insert(0, str(ROOT / "hooks"))
 import labrunner  # noqa: E402
 
 EXERCISES = ROOT / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
+PAGES = EXERCISES / "pages"
 NUMBERS = range(1, 8)
 RUN_TIMEOUT_S = 240
 
@@ -265,9 +268,20 @@ def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
 # ---------------------------------------------------------------------------------------------
 # The build's grading run reruns when any exercise file changes
 # ---------------------------------------------------------------------------------------------
+def declared():
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]
+
+
+def exercises_run_spec():
+    return dict(declared()["lab_runs"]["exercises"])
+
+
+def exercises_archive_spec():
+    return dict(declared()["archives"]["exercises"])
+
+
 def exercises_run():
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
-    return labrunner.LabRun("exercises", config["extra"]["lab_runs"]["exercises"], ROOT)
+    return labrunner.LabRun("exercises", exercises_run_spec(), ROOT)
 
 
 def test_the_grading_run_keys_on_every_exercise_file():
@@ -289,3 +303,70 @@ def test_an_edited_input_changes_the_key_and_a_glob_matching_nothing_fails(tmp_p
     missing = labrunner.LabRun("demo", {**spec, "inputs": ["nothing/*.py"]}, tmp_path)
     with pytest.raises(labrunner.LabError, match="matches no file"):
         missing.cache_key()
+
+
+def test_a_solution_that_fails_fails_the_build_run(tmp_path):
+    """The build's run, pointed at a copy whose exercise 2 solution forgets the mean."""
+    folder = learner_folder(tmp_path / "copy")
+    (folder / "solutions").mkdir()
+    broken = (SOLUTIONS / "ex2_naive_data_parallel.py").read_text()
+    broken = broken.replace("param.grad /= dist.get_world_size()", "pass")
+    (folder / "solutions" / "ex2_naive_data_parallel.py").write_text(broken)
+    spec = {**exercises_run_spec(), "script": "copy/grade.py", "args": ["--solutions", "2"]}
+    spec.pop("inputs")
+    with pytest.raises(labrunner.LabFailed, match="exited with status 1"):
+        labrunner.execute(labrunner.LabRun("exercises", spec, tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# The page sections: each embeds its solution at build time, and no fence of theirs is a test
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def scratch_chapter(tmp_path_factory):
+    """A one-chapter site that includes every section the way docs/chapters/ pages do."""
+    work = tmp_path_factory.mktemp("sections")
+    shutil.copytree(EXERCISES, work / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    (work / "docs" / "chapters").mkdir(parents=True)
+    (work / "docs" / "failures.md").write_text("# Failure gallery\n")
+    includes = [f'--8<-- "exercises/pages/{page.name}"' for page in sorted(PAGES.glob("*.md"))]
+    chapter = "# A chapter\n\n" + "\n\n".join(includes) + "\n"
+    (work / "docs" / "chapters" / "chapter.md").write_text(chapter)
+    config = {
+        "site_name": "sections",
+        "strict": True,
+        "theme": {"name": "material"},
+        "hooks": [str(ROOT / "hooks" / "archives.py")],
+        "markdown_extensions": [
+            "admonition",
+            "pymdownx.details",
+            "pymdownx.highlight",
+            "pymdownx.superfences",
+            {"pymdownx.snippets": {"base_path": ["."], "check_paths": True}},
+        ],
+        "extra": {"archives": {"exercises": exercises_archive_spec()}},
+    }
+    (work / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    proc = mkdocs_build(work / "mkdocs.yml", work / "site", work / "cache", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work
+
+
+def test_each_section_embeds_its_solution_verbatim(scratch_chapter):
+    built = (scratch_chapter / "site" / "chapters" / "chapter" / "index.html").read_text()
+    page = html.unescape(re.sub(r"<[^>]+>", "", built))
+    for solution in sorted(SOLUTIONS.glob("ex*.py")):
+        for line in solution.read_text().splitlines():
+            assert line.strip() in page, f"{solution.name}: {line!r} is not on the page"
+    assert "--8<--" not in page and "archive:exercises" not in page
+    assert page.count("Download exercises.zip") == len(list(PAGES.glob("*.md")))
+
+
+def test_no_fence_of_an_included_section_is_collected_as_a_test(scratch_chapter):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--markdown-docs", "--collect-only", "-q", "docs"],
+        cwd=scratch_chapter,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "no tests collected" in proc.stdout, proc.stdout + proc.stderr
