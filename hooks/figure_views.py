@@ -16,17 +16,48 @@ import html
 from lab_views import view
 
 ESC = html.escape
-ACCENT, PRIMARY = "#3f51b5", "#ff5722"  # the fallbacks: mkdocs.yml's indigo and deep orange
+ACCENT, PRIMARY = "#3f51b5", "#bf360c"  # fallbacks: indigo, and extra.css's deep orange
 
 
-def svg_open(width, height, labelled_by, css_class):
+def svg_open(width, height, labelled_by, css_class, font_size):
     """The root element. Text defaults are set here once, and every <text> inherits them."""
     return (
         f'<svg class="{css_class}" viewBox="0 0 {width:g} {height:g}" width="{width:g}" '
         f'height="{height:g}" role="img" aria-labelledby="{labelled_by}" '
-        'xmlns="http://www.w3.org/2000/svg" font-size="12" text-anchor="middle" '
+        f'xmlns="http://www.w3.org/2000/svg" font-size="{font_size}" text-anchor="middle" '
         'dominant-baseline="central" fill="currentColor">'
     )
+
+
+# The smallest text a figure may render at, in CSS pixels, on any screen, and the width of
+# the content column on a 390 px phone.
+LEGIBLE_PX, PHONE_COLUMN_PX = 10, 358
+
+
+def scroll_box(inner, width, font_size, label):
+    """A figure drawn `width` wide with `font_size` text, never shrunk below legible.
+
+    Past the width at which its text would fall under LEGIBLE_PX, the figure keeps that width
+    and its box scrolls sideways (extra.css); the box takes keyboard focus so that it can be
+    scrolled without a pointer. Only a figure too wide for a phone says so.
+    """
+    smallest = width * LEGIBLE_PX / font_size
+    hint = "Scroll the figure sideways to see all of it."
+    return (
+        f'<div class="fig-scroll" style="--fig-min-width: {smallest:.0f}px" tabindex="0" '
+        f'role="region" aria-label="{ESC(label)}">{inner}</div>'
+        + (f'<p class="fig-scroll__hint">{hint}</p>' if smallest > PHONE_COLUMN_PX else "")
+    )
+
+
+def key(entries):
+    """A figure's key: (swatch SVG body, words) pairs, drawn with the figure's own classes."""
+    items = "".join(
+        '<li><svg class="fig-key__swatch" viewBox="0 0 44 22" aria-hidden="true" '
+        f'focusable="false">{swatch}</svg><span>{ESC(words)}</span></li>'
+        for swatch, words in entries
+    )
+    return f'<ul class="fig-key">{items}</ul>'
 
 
 def arrowhead(marker_id):
@@ -47,7 +78,9 @@ def text(x, y, body, anchor=None, muted=False, bold=False):
 # ---------------------------------------------------------------------------------------------
 # The ring all_reduce, one panel per step
 # ---------------------------------------------------------------------------------------------
-CELL_W, CELL_H, GAP_X, GAP_Y, LEFT, TOP = 100, 30, 20, 22, 64, 26
+# Sized so that four ranks fit a phone's column (358 px) with their 14-unit text at 10 px.
+CELL_W, CELL_H, GAP_X, GAP_Y, LEFT, TOP = 92, 32, 16, 22, 64, 28
+RING_FONT = 14
 
 
 def carried(ranks, p):
@@ -90,13 +123,20 @@ def ring_caption(result, frame):
     return words + f" Each rank has sent {frame['bytes_sent'][0]} B so far."
 
 
+def ring_width(p):
+    return LEFT + p * (CELL_W + GAP_X)
+
+
 def ring_panel(result, frame, uid):
     p = result["ranks"]
-    width = LEFT + p * CELL_W + p * GAP_X
+    width = ring_width(p)
     height = TOP + p * CELL_H + (p - 1) * GAP_Y + 6
     senders = {(s["src"], s["chunk"]) for s in frame["sends"]}
     receivers = {(s["dst"], s["chunk"]) for s in frame["sends"]}
-    parts = [svg_open(width, height, f"{uid}-caption", "fig-ring"), arrowhead(f"{uid}-arrow")]
+    parts = [
+        svg_open(width, height, f"{uid}-caption", "fig-ring", RING_FONT),
+        arrowhead(f"{uid}-arrow"),
+    ]
 
     def x_of(chunk):
         return LEFT + chunk * (CELL_W + GAP_X)
@@ -112,16 +152,7 @@ def ring_panel(result, frame, uid):
         for j, ranks in enumerate(row):
             done, got = len(ranks) == p, (rank, j) in receivers
             sent = (rank, j) in senders and not got
-            # done: a complete sum; got: changed by this step; sent: passed on in this step
-            classes = [name for name, on in (("done", done), ("got", got), ("sent", sent)) if on]
-            look = f' class="{" ".join(classes)}"' if classes else ""
-            look += ' stroke-width="2.5"' if got else ' stroke-dasharray="4 3"' if sent else ""
-            opacity = 0.45 if done else 0.08 + 0.3 * (len(ranks) - 1) / max(p - 1, 1)
-            colour = f' fill="{PRIMARY}"' if done else ""
-            cells.append(
-                f'<rect x="{x_of(j)}" y="{y_of(rank)}" width="{CELL_W}" height="{CELL_H}" rx="4" '
-                f'fill-opacity="{opacity:.2f}"{colour}{look}/>'
-            )
+            cells.append(ring_cell(x_of(j), y_of(rank), CELL_W, CELL_H, len(ranks), p, got, sent))
             labels.append(
                 text(x_of(j) + CELL_W / 2, y_of(rank) + CELL_H / 2, carried(ranks, p), bold=done)
             )
@@ -151,6 +182,53 @@ def ring_panel(result, frame, uid):
     return "".join(parts)
 
 
+def ring_cell(x, y, width, height, summed, p, got, sent):
+    """One copy of a chunk holding `summed` of `p` ranks' numbers.
+
+    Its fill deepens with every rank added and turns to the primary colour once complete; a
+    thick outline marks a copy this step changed, a dashed one a copy this step passed on.
+    """
+    done = summed == p
+    classes = [name for name, on in (("done", done), ("got", got), ("sent", sent)) if on]
+    look = f' class="{" ".join(classes)}"' if classes else ""
+    look += ' stroke-width="2.5"' if got else ' stroke-dasharray="4 3"' if sent else ""
+    opacity = 0.45 if done else 0.08 + 0.3 * (summed - 1) / max(p - 1, 1)
+    colour = f' fill="{PRIMARY}"' if done else ""
+    return (
+        f'<rect x="{x}" y="{y}" width="{width}" height="{height}" rx="4" '
+        f'fill-opacity="{opacity:.2f}"{colour}{look}/>'
+    )
+
+
+def ring_key(p):
+    """What fills, outlines and arrows mean, drawn with the panels' own cells."""
+
+    def cells(*rects):
+        return (
+            f'<g class="fig-ring-cells" fill="{ACCENT}" stroke="currentColor" stroke-width="1">'
+            + "".join(rects)
+            + "</g>"
+        )
+
+    def cell(summed, got=False, sent=False):
+        return cells(ring_cell(2, 2, 40, 18, summed, p, got, sent))
+
+    arrow = (
+        f'<g class="fig-arrow" fill="none" stroke="{ACCENT}" stroke-width="1.6">'
+        '<path d="M4,11H36"/><path class="fig-arrowhead" d="M34,6L42,11L34,16z" '
+        f'fill="{ACCENT}" stroke="none"/></g>'
+    )
+    return key(
+        [
+            (cell(1), "one rank's numbers; a deeper blue holds more ranks' sum"),
+            (cell(p), f"the complete sum of all {p} ranks"),
+            (cell(2, sent=True), "dashed outline: sent on in this step"),
+            (cell(2, got=True), "thick outline: received in this step"),
+            (arrow, "a send, from a rank to the next one around the ring"),
+        ]
+    )
+
+
 @view("ring")
 def ring_view(context):
     """The stepper: every panel in order; stepper.js shows one at a time when it runs."""
@@ -160,9 +238,10 @@ def ring_view(context):
     panels = []
     for index, frame in enumerate(frames):
         panel_id = f"{uid}-{index}"
+        drawing = ring_panel(result, frame, panel_id)
+        box = scroll_box(drawing, ring_width(result["ranks"]), RING_FONT, f"Ring panel {index}")
         panels.append(
-            f'<figure class="fig-stepper__panel" id="{panel_id}">'
-            f"{ring_panel(result, frame, panel_id)}"
+            f'<figure class="fig-stepper__panel" id="{panel_id}">{box}'
             f'<figcaption id="{panel_id}-caption">{ESC(ring_caption(result, frame))}</figcaption>'
             "</figure>"
         )
@@ -173,7 +252,11 @@ def ring_view(context):
         '<button type="button" class="md-button" data-stepper-prev>Previous</button>'
         '<span class="fig-stepper__status" aria-live="polite"></span>'
         '<button type="button" class="md-button md-button--primary" data-stepper-next>'
-        "Next</button></div>\n" + "\n".join(panels) + "\n</div>\n"
+        "Next</button></div>\n"
+        + ring_key(result["ranks"])
+        + "\n"
+        + "\n".join(panels)
+        + "\n</div>\n"
     )
     return stepper + "\n" + ring_summary(result) + "\n"
 
@@ -250,6 +333,27 @@ def tick_step(span):
     return step * 10
 
 
+TIMELINE_FONT = 12
+
+
+def bar_labels(segments, x, y):
+    """L0, L1, ... on each backward bar: inside a bar wide enough, else beside or above it.
+
+    The last bar has free room to its right (the step's communication is on the row below);
+    a narrow bar in the middle gets its label above the row.
+    """
+    labels = []
+    for index, (layer, start, end) in enumerate(segments):
+        middle, last = (x(start) + x(end)) / 2, index == len(segments) - 1
+        if x(end) - x(start) >= 18:  # "L5" is about 14 units wide
+            labels.append(text(middle, y + 9, f"L{layer}"))
+        elif last:
+            labels.append(text(x(end) + 3, y + 9, f"L{layer}", anchor="start"))
+        else:
+            labels.append(text(middle, y - 6, f"L{layer}"))
+    return labels
+
+
 def overlap_figure(result, uid):
     ddp = result["ddp"]["runs"][result["ddp"]["shown"]]
     naive = result["naive"]["runs"][result["naive"]["shown"]]
@@ -260,18 +364,18 @@ def overlap_figure(result, uid):
     def x(seconds):
         return left + seconds * 1e3 * scale
 
-    parts, y = [], 8
+    parts, y = [], 14
     for name, run in (("DDP", ddp), ("naive", naive)):
         top = y
         parts.append(text(6, y + 9, f"{name}: backward", anchor="start"))
-        for layer, start, end in layer_segments(run, result["parameters"]):
+        segments = layer_segments(run, result["parameters"])
+        for _, start, end in segments:
             parts.append(
                 f'<rect class="fig-bar fig-bar--compute" x="{x(start):.1f}" y="{y}" '
                 f'width="{max(x(end) - x(start), 1):.1f}" height="18" fill="{PRIMARY}" '
                 'fill-opacity="0.55" stroke="currentColor" stroke-width="0.5"/>'
             )
-            if x(end) - x(start) >= 24:
-                parts.append(text((x(start) + x(end)) / 2, y + 9, f"L{layer}"))
+        parts += bar_labels(segments, x, y)
         y += 24
         intervals = comm_intervals(run)
         if name == "DDP":
@@ -304,7 +408,7 @@ def overlap_figure(result, uid):
                 muted=True,
             )
         )
-        y += 26
+        y += 32
     axis_y = y
     parts.append(
         f'<path class="fig-axis" d="M{left},{axis_y}H{width - right}" stroke="currentColor" '
@@ -328,11 +432,37 @@ def overlap_figure(result, uid):
         )
     )
     height = axis_y + 42
-    return (
-        svg_open(width, height, f"{uid}-alt", "fig-timeline")
+    drawing = (
+        svg_open(width, height, f"{uid}-alt", "fig-timeline", TIMELINE_FONT)
         + f'<title id="{uid}-alt">{ESC(overlap_alt(result, ddp, naive))}</title>'
         + "".join(parts)
         + "</svg>"
+    )
+    return scroll_box(drawing, width, TIMELINE_FONT, "DDP overlap timeline") + overlap_key()
+
+
+def overlap_key():
+    """What the bars and rules mean, drawn with the timeline's own classes."""
+    bar = (
+        '<rect class="fig-bar fig-bar--{kind}" x="2" y="4" width="40" height="14" '
+        'fill="{fill}" fill-opacity="{opacity}" stroke="currentColor" stroke-width="0.5"/>'
+    )
+    rule = (
+        '<path class="fig-rule" d="M22,1V21" stroke="currentColor" stroke-width="1.2" '
+        'stroke-dasharray="3 2" fill="none"/>'
+    )
+    return key(
+        [
+            (
+                bar.format(kind="compute", fill=PRIMARY, opacity="0.55"),
+                "backward computing layer Lk's gradients",
+            ),
+            (
+                bar.format(kind="comm", fill=ACCENT, opacity="0.75"),
+                "an all_reduce in flight (DDP: one row per bucket)",
+            ),
+            (rule, "the step ends: backward() returns, or the last all_reduce finishes"),
+        ]
     )
 
 
