@@ -9,6 +9,7 @@ import hashlib
 import io
 import pathlib
 import posixpath
+import re
 
 from mkdocs.exceptions import PluginError
 
@@ -86,6 +87,7 @@ def stdout_view(context):
 
 @view("provenance")
 def provenance_view(context):
+    """One line a reader sees (torch, date, machine); the full table one click away."""
     record, env = context.record, context.result["env"]
     where = "recorded on another machine" if context.run.recorded else "run by this site's build"
     rows = [
@@ -107,14 +109,30 @@ def provenance_view(context):
             ("Driver, CUDA, NCCL", f"{gpu['driver']}, {gpu['cuda']}, {gpu['nccl']}"),
         ]
     table = "\n".join(f"    | {label} | {value} |" for label, value in rows)
-    return f'!!! info "Provenance: {where}"\n\n    | Fact | Value |\n    |---|---|\n{table}\n'
+    line = (
+        f"Ran with torch `{env['torch']}` on {machine(context.result)}, "
+        f"{record['started_utc']} ({where})."
+    )
+    return (
+        f'<p class="lab-provenance" markdown="1">{line}</p>\n\n'
+        '??? info "Provenance of this run"\n\n'
+        f"    | Fact | Value |\n    |---|---|\n{table}\n"
+    )
 
 
 @view("source")
 def source_view(context):
-    """The script in full, then each project module it imports, folded, all downloadable."""
+    """The DDP code first, then the script and the modules it imports, folded, downloadable.
+
+    What a reader came for is the data-parallel code; what surrounds it (arguments, launching,
+    fault injection, checkpoints) exists for the tests. So a section of an imported module
+    that constructs DistributedDataParallel is shown first, and the script is folded after it;
+    a script without such a section is itself shown first. A module that an earlier script on
+    the same page already embedded is linked to, not embedded again.
+    """
     script = context.run.script
     helpers = [path for path in context.run.sources if path != script]
+    shown = SHOWN_ON_PAGE.setdefault(context.page_uri, set())
 
     def relative(path):
         return path.relative_to(context.root).as_posix()
@@ -127,14 +145,60 @@ def source_view(context):
         text += ", and the modules it imports, which must sit in the same folder: " + ", ".join(
             download(path) for path in helpers
         )
-    text += ".\n\n" + fence("python", script.read_text(encoding="utf-8"), relative(script))
+    text += ".\n\n"
+    first = [
+        (path, title, body)
+        for path in helpers
+        for title, body in banner_sections(path.read_text(encoding="utf-8"))
+        if DDP_CONSTRUCTED in body
+    ]
+    for path, title, body in first:
+        text += fence("python", body, f"{relative(path)}: {title}") + "\n"
+    script_fence = fence("python", script.read_text(encoding="utf-8"), relative(script))
+    text += folded(relative(script), script_fence) if first else script_fence
+    again = []
     for path in helpers:
+        if path in shown:
+            again.append(path)
+            continue
+        shown.add(path)
         body = fence("python", path.read_text(encoding="utf-8"), relative(path))
-        text += (
-            f'\n<details class="quote" markdown="1" {NOT_SEARCHED}>\n'
-            f"<summary>{relative(path)}</summary>\n\n{body}\n</details>\n"
+        text += folded(relative(path), body, anchor=source_anchor(relative(path)))
+    if again:
+        links = ", ".join(
+            f"[`{relative(path)}`](#{source_anchor(relative(path))})" for path in again
         )
+        text += f"\nIt also imports {links}, shown with an earlier script on this page.\n"
     return f'<div markdown="1" {NOT_SEARCHED}>\n\n{text}\n</div>\n'
+
+
+# Which project modules each page has embedded so far in this build: {page uri: {path}}.
+# artifacts() runs for every lab at the start of each build, before any page, and resets it.
+SHOWN_ON_PAGE = {}
+DDP_CONSTRUCTED = "DistributedDataParallel("
+BANNER = re.compile(r"^# -{20,}\n# (?P<title>.+)\n# -{20,}\n", re.MULTILINE)
+
+
+def banner_sections(source):
+    """(title, code) for each section a `# ----` / `# Title` / `# ----` banner opens."""
+    marks = list(BANNER.finditer(source))
+    ends = [mark.start() for mark in marks[1:]] + [len(source)]
+    return [
+        (mark["title"].strip(), source[mark.end() : end].strip("\n"))
+        for mark, end in zip(marks, ends, strict=False)  # no banner: no section
+    ]
+
+
+def source_anchor(relative_path):
+    return "source-" + re.sub(r"[^a-z0-9]+", "-", relative_path.lower()).strip("-")
+
+
+def folded(summary, body, anchor=None):
+    where = f' id="{anchor}"' if anchor else ""
+    return (
+        f'\n<details class="quote"{where} markdown="1" {NOT_SEARCHED}>\n'
+        f"<summary>{summary}</summary>\n\n{body}\n</details>\n"
+    )
 
 
 # Material's search skips elements carrying this attribute (each must carry it: a <details>
@@ -224,6 +288,15 @@ def sweep_uri(name):
     return f"assets/labs/{name}/allreduce-sweep.svg"
 
 
+def sweep_dark_uri(name):
+    return f"assets/labs/{name}/allreduce-sweep-dark.svg"
+
+
+# The sweep figure's size in points (the SVG's user units) and its smallest text: drawn this
+# size, it fits a phone's 358 px column with that text at 10 px or more.
+SWEEP_SIZE_IN, SWEEP_SMALLEST_PT = (4.8, 6.6), 10
+
+
 @view("sweep")
 def sweep_view(context):
     result = context.result
@@ -232,11 +305,12 @@ def sweep_view(context):
     peak = max(sweep, key=lambda point: point["busbw_GBps"])
     under = all(point["busbw_GBps"] < point["memcpy_GBps"] for point in sweep)
     alt = (
-        f"Two log-scale panels for a {p}-rank all_reduce from {smallest} to {largest}. Left: "
-        "measured time against size, with the fitted ring model. Right: bus bandwidth, peaking "
-        f"at {peak['busbw_GBps']:.2f} GB/s at {human_bytes(peak['bytes'])}, "
-        f"{'below' if under else 'not always below'} the memory-copy bandwidth measured in the "
-        "same run."
+        f"Two panels, one above the other, for a {p}-rank all_reduce from {smallest} to "
+        f"{largest}, both with logarithmic axes. Top: measured time against message size, with "
+        "the fitted ring model. Bottom: bus bandwidth against message size, peaking at "
+        f"{peak['busbw_GBps']:.2f} GB/s at {human_bytes(peak['bytes'])}, with the ring model "
+        f"and the memory-copy bandwidth measured in the same run; the measured points lie "
+        f"{'below' if under else 'not always below'} the memory copy."
     )
     rows = "\n".join(
         f"    | {human_bytes(point['bytes'])} | {point['seconds'] * 1e3:.3f} | "
@@ -244,8 +318,18 @@ def sweep_view(context):
         for point in sweep
     )
     fit = ring_fit(result)
+    width, height = (inches * 96 for inches in SWEEP_SIZE_IN)  # CSS pixels
+    size = f'width="{width:.0f}" height="{height:.0f}"'
+    # Material shows the #only-light image in the light palette and #only-dark in the dark one.
+    images = (
+        f"![{alt}]({context.link(sweep_uri(context.run.name))}#only-light){{ {size} }}\n"
+        f"![{alt}]({context.link(sweep_dark_uri(context.run.name))}#only-dark){{ {size} }}"
+    )
+    # Its user units are points: the smallest text reaches 10 px at this many pixels wide.
+    legible = 72 * SWEEP_SIZE_IN[0] * 10 / SWEEP_SMALLEST_PT
     return (
-        f"![{alt}]({context.link(sweep_uri(context.run.name))})\n\n"
+        f'<div class="fig-scroll fig-sweep" markdown="1" style="--fig-min-width: '
+        f'{legible:.0f}px">\n\n{images}\n\n</div>\n\n'
         f"The ring model fitted to these points: a fixed cost of "
         f"{fit['alpha_s'] * 1e6:.0f} µs per all_reduce plus "
         f"\\(2(p-1)/p \\cdot S\\) bytes at {fit['beta_GBps']:.2f} GB/s.\n\n"
@@ -330,6 +414,7 @@ def artifacts(name, record, cache):
     A figure is cached beside the lab records under a key of the record and the makers' code,
     so an unchanged build renders nothing and imports no plotting library.
     """
+    SHOWN_ON_PAGE.clear()  # a new build: no page has embedded anything yet
     if record is None:
         return {}
     files = {}
@@ -359,38 +444,84 @@ class Figure:
 FIGURES = []
 
 
-def sweep_figure(result):
-    """all_reduce time and bus bandwidth against size, with the fitted ring model (SVG)."""
+# Colours for the plot on each palette: Material's text on white, and on its slate background.
+SWEEP_STYLES = {
+    "light": {"text": "#000000de", "grid": "#00000040", "frame": "#ffffff"},
+    "dark": {"text": "#e2e4e9", "grid": "#e2e4e940", "frame": "#1e2129"},
+}
+
+
+def sweep_figure(result, palette="light"):
+    """all_reduce time and bus bandwidth against size, log-log, with the ring model (SVG).
+
+    Transparent, in the palette's text colour: the page's background shows through, so the
+    light and dark renderings each sit on their own palette.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9})
+    style = SWEEP_STYLES[palette]
+    colours = {
+        "svg.fonttype": "none",
+        "font.size": SWEEP_SMALLEST_PT + 1,
+        "axes.titlesize": SWEEP_SMALLEST_PT + 1,
+        "axes.labelsize": SWEEP_SMALLEST_PT,
+        "xtick.labelsize": SWEEP_SMALLEST_PT,
+        "ytick.labelsize": SWEEP_SMALLEST_PT,
+        "legend.fontsize": SWEEP_SMALLEST_PT,
+        "text.color": style["text"],
+        "axes.labelcolor": style["text"],
+        "axes.edgecolor": style["text"],
+        "xtick.color": style["text"],
+        "ytick.color": style["text"],
+        "grid.color": style["grid"],
+        "legend.facecolor": style["frame"],
+        "legend.edgecolor": style["grid"],
+    }
     p, sweep, fit = result["world_size"], result["sweep"], ring_fit(result)
     sizes = [point["bytes"] for point in sweep]
     model_t = [fit["alpha_s"] + fit["slope"] * 2 * (p - 1) / p * s for s in sizes]
     bus = 2 * (p - 1) / p
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
-    left.loglog(sizes, [pt["seconds"] * 1e3 for pt in sweep], "o", label="measured (median)")
-    left.loglog(sizes, [t * 1e3 for t in model_t], "-", label="ring model, fitted")
-    left.set(xlabel="message size (bytes)", ylabel="all_reduce time (ms)", title="Time")
-    right.semilogx(sizes, [pt["busbw_GBps"] for pt in sweep], "o", label="busbw, measured")
-    right.semilogx(
-        sizes,
-        [bus * s / t / 1e9 for s, t in zip(sizes, model_t, strict=True)],
-        "-",
-        label="busbw, ring model",
-    )
-    right.semilogx(sizes, [pt["memcpy_GBps"] for pt in sweep], "--", label="memory copy (ceiling)")
-    right.set(xlabel="message size (bytes)", ylabel="GB/s", title="Bus bandwidth")
-    for axis in (left, right):
-        axis.grid(True, which="major", alpha=0.3)
-        axis.legend(fontsize=8)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
+    with plt.rc_context(colours):
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=SWEEP_SIZE_IN, layout="constrained")
+        top.loglog(sizes, [pt["seconds"] * 1e3 for pt in sweep], "o", label="measured (median)")
+        top.loglog(sizes, [t * 1e3 for t in model_t], "-", label="ring model, fitted")
+        top.set(xlabel="message size", ylabel="time (ms)", title="all_reduce time")
+        # Log, not linear: busbw spans orders of magnitude and sits far under the memory copy.
+        bottom.loglog(sizes, [pt["busbw_GBps"] for pt in sweep], "o", label="busbw, measured")
+        bottom.loglog(
+            sizes,
+            [bus * s / t / 1e9 for s, t in zip(sizes, model_t, strict=True)],
+            "-",
+            label="busbw, ring model",
+        )
+        bottom.loglog(sizes, [pt["memcpy_GBps"] for pt in sweep], "--", label="memory copy")
+        bottom.set(xlabel="message size", ylabel="GB/s", title="Bus bandwidth")
+        for axis in (top, bottom):
+            axis.grid(True, which="major")
+            axis.legend()
+            plain_log_ticks(axis, sizes[::2])
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, transparent=True)
+        plt.close(fig)
     return buffer.getvalue()
+
+
+def plain_log_ticks(axis, sizes):
+    """Ticks in words ("64 KiB", "0.1"), not powers of ten: their exponents would be set in
+    text 0.7 times the size of the rest, too small to read on a phone."""
+    from matplotlib import ticker
+
+    axis.set_xticks(sizes, [human_bytes(size) for size in sizes])
+    axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+    axis.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def sweep_figure_dark(result):
+    return sweep_figure(result, palette="dark")
 
 
 def has_memcpy_sweep(result):
@@ -398,3 +529,4 @@ def has_memcpy_sweep(result):
 
 
 FIGURES.append(Figure(uri=sweep_uri, applies=has_memcpy_sweep, render=sweep_figure))
+FIGURES.append(Figure(uri=sweep_dark_uri, applies=has_memcpy_sweep, render=sweep_figure_dark))
