@@ -15,13 +15,18 @@ both must be empty. The cache key of the build's grading run is tested at the en
 """
 
 import html
+import importlib.util
 import json
+import multiprocessing
 import os
+import pathlib
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 import yaml
@@ -370,3 +375,54 @@ def test_no_fence_of_an_included_section_is_collected_as_a_test(scratch_chapter)
         timeout=60,
     )
     assert "no tests collected" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# ranks.py: what a learner sees when a rank raises, deadlocks, or is stuck outside torch
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ranks_module():
+    spec = importlib.util.spec_from_file_location("ranks_under_test", EXERCISES / "ranks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def raise_on_rank_1(rank, world_size):
+    if rank == 1:
+        raise ValueError("rank 1's own mistake")
+    import torch.distributed as dist
+
+    dist.barrier()  # rank 0 waits for rank 1, which never comes
+
+
+def stuck_outside_torch(rank, world_size):
+    if rank == 0:
+        time.sleep(60)
+    return rank
+
+
+def run_and_time(ranks_module, worker, **kwargs):
+    before = set(pathlib.Path(tempfile.gettempdir()).glob("exercise-ranks-*"))
+    started = time.monotonic()
+    with pytest.raises(ranks_module.RankFailed) as failure:
+        ranks_module.run_ranks(worker, 2, "the test's step", hang="a test hang", **kwargs)
+    elapsed = time.monotonic() - started
+    assert not multiprocessing.active_children(), "a rank outlived run_ranks"
+    assert set(pathlib.Path(tempfile.gettempdir()).glob("exercise-ranks-*")) == before
+    return str(failure.value), elapsed
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback(ranks_module):
+    message, _ = run_and_time(ranks_module, raise_on_rank_1, timeout_s=20)
+    assert message.splitlines()[0] == "rank 1 raised ValueError: rank 1's own mistake"
+    assert "--- rank 1 ---\nTraceback" in message and 'raise ValueError("rank 1' in message
+
+
+def test_a_rank_stuck_outside_torch_is_ended_after_the_grace(ranks_module):
+    message, elapsed = run_and_time(ranks_module, stuck_outside_torch, timeout_s=1)
+    grace = 1 + ranks_module.GRACE_S
+    assert message.splitlines()[0] == (
+        f"rank 0 was still running after {grace:g} s in the test's step: a test hang"
+    )
+    assert elapsed < 30  # ended by run_ranks, long before the worker's 60 s sleep
