@@ -76,4 +76,4 @@ def main(rank, world_size):
 if __name__ == "__main__":
     from ranks import run_ranks
 
-    run_ranks(main, 2, "exercise 7's script", timeout_s=5)
+    run_ranks(main, 2, "exercise 7's script", timeout_s=5, ddp=True)

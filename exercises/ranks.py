@@ -52,18 +52,20 @@ def load_exercise(name):
     return module
 
 
-def run_ranks(worker, world_size, what, hang="a rank never reached the collective", timeout_s=10):
+def run_ranks(
+    worker, world_size, what, hang="a rank never reached the collective", timeout_s=10, ddp=False
+):
     """Run worker(rank, world_size) on `world_size` gloo ranks; return their results by rank.
 
     `what` names the step for a message ("exercise 1's all_reduce"); `hang` says what a
     timeout usually means there. Results travel back pickled, so return tensors or plain values.
+    ddp=True says the worker uses torch's DDP or torch.optim, whose first use imports
+    torch._dynamo (seconds on a busy machine): imported once here, every forked rank has it.
     """
     context = multiprocessing.get_context(
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     )
-    if context.get_start_method() == "fork":
-        # DDP and torch.optim import torch._dynamo on first use, a second or more of work;
-        # done once here, every forked rank inherits it instead of repeating it.
+    if ddp and context.get_start_method() == "fork":
         import torch._dynamo  # noqa: F401
     with tempfile.TemporaryDirectory(prefix="exercise-ranks-") as scratch:
         store = pathlib.Path(scratch) / "store"

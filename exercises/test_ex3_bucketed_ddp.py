@@ -102,7 +102,7 @@ def rank_worker(rank, world_size):
 
 @pytest.fixture(scope="module")
 def ranks():
-    return run_ranks(rank_worker, WORLD_SIZE, "exercise 3's backward")
+    return run_ranks(rank_worker, WORLD_SIZE, "exercise 3's backward", ddp=True)
 
 
 @pytest.mark.parametrize("cap", CAPS)

@@ -62,7 +62,7 @@ def rank_worker(rank, world_size):
 
 @pytest.fixture(scope="module")
 def ranks():
-    return run_ranks(rank_worker, WORLD_SIZE, "exercise 5's backward")
+    return run_ranks(rank_worker, WORLD_SIZE, "exercise 5's backward", ddp=True)
 
 
 def test_result_is_within_bf16_rounding_of_the_float32_average(ranks):

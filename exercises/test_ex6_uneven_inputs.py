@@ -80,6 +80,7 @@ def ranks():
         "exercise 6's training loop",
         hang="a rank ran out of batches and left the others waiting",
         timeout_s=TIMEOUT_S,
+        ddp=True,
     )
 
 
@@ -105,4 +106,6 @@ def test_parameters_are_those_of_join_or_of_equal_work(ranks):
 
 def test_the_given_loop_really_hangs():
     with pytest.raises(RankFailed, match="exercise 6's training loop"):
-        run_ranks(hanging_worker, WORLD_SIZE, "exercise 6's training loop", timeout_s=TIMEOUT_S)
+        run_ranks(
+            hanging_worker, WORLD_SIZE, "exercise 6's training loop", timeout_s=TIMEOUT_S, ddp=True
+        )

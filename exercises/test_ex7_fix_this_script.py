@@ -22,6 +22,7 @@ def ranks():
         "exercise 7's script",
         hang="a collective that not every rank calls",
         timeout_s=5,
+        ddp=True,
     )
 
 
