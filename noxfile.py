@@ -89,15 +89,20 @@ def tests(session):
 # The torch releases the site is checked on: the pinned one, and the two before it. To check
 # one more, add it here; `nox -s releases` then builds its venv on first use.
 RELEASES = ["2.13.0", "2.14.1", PINNED_TORCH]
-# site_tests/ modules about the site itself (its build, its pages in a browser, its links, the
-# fence collector, the fences' teeth), which need only the pinned torch. Every other test_*.py
-# there runs a lab or a failure case, so a new lab's tests join the release matrix by themselves.
+# site_tests/ modules about the site itself (its build, its pages in a browser, its links and
+# downloads, the fence collector, the fences' teeth and outputs, the topics it covers), which
+# need only the pinned torch. Every other test_*.py there runs a lab, a failure case or an
+# exercise, so a new lab's tests join the release matrix by themselves.
 SITE_ONLY_TESTS = {
     "test_site_build.py",
     "test_browser.py",
     "test_external_links.py",
+    "test_archives.py",
+    "test_lab_archives.py",
     "test_fence_plugin.py",
     "test_fence_teeth.py",
+    "test_fence_outputs.py",
+    "test_topics.py",
 }
 
 

@@ -40,6 +40,9 @@ The --json file (one object):
   api                    {all_gather, reduce_scatter: the torch.distributed function that ran}
   reduce_scatter_avg_behaviour   "averages" | "sums" | "cannot tell at world size 1" | ...
   reduce_scatter_avg_value       what rank 0 received (ranks contribute 1, 2, ..., p)
+  avg_beyond_all_reduce  {reduce_avg_on_dst, reduce_avg_input_left_on_others: what rank 0
+                          held after reduce with AVG to dst 0 and to dst p-1 (ranks give 1..p),
+                          integer_all_reduce_avg: "raises TypeName" or the int64 result}
   variants               {naive, ddp, ddp_no_sync: {max_abs_diff: max |param - reference|
                           on rank 0, replicas_identical: bool (null if the check never ran)}}
   control_max_abs_diff   max |param - reference| for the control
@@ -193,6 +196,7 @@ def distributed_part(rank, world_size, args, checkpoint):
     checkpoint("collectives")
     m["collectives"], m["api"] = lab.check_collectives(CPU)
     m["reduce_scatter_avg"] = lab.reduce_scatter_avg_behaviour(CPU)
+    m["avg_beyond_all_reduce"] = lab.avg_beyond_all_reduce(CPU)
     if args.fault == ("crash", rank):  # fault injection for the tests (--inject-fault)
         raise RuntimeError(f"injected fault: rank {rank} crashed before training")
 

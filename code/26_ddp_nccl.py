@@ -13,8 +13,9 @@ or let the script start one rank per visible GPU itself (torch.multiprocessing.s
     python code/26_ddp_nccl.py                    # every visible GPU
     python code/26_ddp_nccl.py --world-size 2     # the first two
 
-Each rank binds GPU LOCAL_RANK, starts NCCL with device_id (the communicator is built at once,
-not at the first collective), and then, with the helpers the gloo lab uses (ddp_lab.py):
+Each rank binds GPU LOCAL_RANK, starts the default "nccl" backend with device_id (the
+communicator is built at once, not at the first collective), and then, with the helpers the
+gloo lab uses (ddp_lab.py):
 
 1. checks the eight collectives against closed forms, on CUDA tensors;
 2. trains the same float64 model three ways (naive, DDP(model, device_ids=[local_rank]), DDP
@@ -27,9 +28,17 @@ not at the first collective), and then, with the helpers the gloo lab uses (ddp_
 One GPU means world size 1: NCCL will not put two ranks of one communicator on the same
 device, so there the collectives are identities and busbw is 0. Needs torch 2.8 or newer.
 
+Which implementation "nccl" builds depends on the release: in 2.15 the in-tree nccl2 backend
+(ProcessGroupNCCL2), unless TORCH_DIST_USE_NCCL2=0; before 2.15 the legacy ProcessGroupNCCL
+(in 2.14, TORCH_DIST_USE_NCCL2=1 opts in to nccl2). The lab asks for plain "nccl", so it runs
+on the default, and records which class it got:
+
+    TORCH_DIST_USE_NCCL2=0 python code/26_ddp_nccl.py   # the legacy backend on 2.15, to compare
+
 The --json file holds every key of the gloo lab's (see 26_ddp_gloo.py; the sweep rows are
 float32) and also:
   gpu          {model, count, capability, memory_GiB, driver, cuda, nccl}
+  nccl_backend the class behind "nccl" on this run: ProcessGroupNCCL2 or ProcessGroupNCCL
   sweep_bf16   the sweep again in bfloat16, same row keys
   ddp_step     {model, parameters, gradient_bytes, batch, buckets, compute_only_s,
                 with_comm_s, exposed_comm_s, allreduce_gradients_s}
@@ -122,6 +131,7 @@ def run_rank(rank, world_size, init_method, args):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:
         measured = distributed_part(rank, world_size, device, args, checkpoint)
+        measured["nccl_backend"] = backend_class(device)
     finally:
         dist.destroy_process_group()
     if rank != 0:
@@ -139,6 +149,7 @@ def distributed_part(rank, world_size, device, args, checkpoint):
     checkpoint("collectives")
     m["collectives"], m["api"] = lab.check_collectives(device)
     m["reduce_scatter_avg"] = lab.reduce_scatter_avg_behaviour(device)
+    m["avg_beyond_all_reduce"] = lab.avg_beyond_all_reduce(device)
 
     m["params"], m["ddp_bucket_bytes"] = lab.train_variants(
         rank, world_size, device, args.steps, checkpoint
@@ -169,6 +180,13 @@ def distributed_part(rank, world_size, device, args, checkpoint):
 
     checkpoint("done")
     return m
+
+
+def backend_class(device):
+    """The name of the class that runs the default group's collectives on `device`."""
+    if hasattr(dist, "get_backend_impl"):  # public from 2.14
+        return type(dist.get_backend_impl(device=device)).__name__
+    return type(dist.group.WORLD._get_backend(device)).__name__
 
 
 def iters_for(nbytes):
@@ -223,6 +241,7 @@ def summarise(m, reference, control, passed, args):
         "sweep_bf16": m["sweep_bf16"],
         "ddp_step": m["ddp_step"],
         "gpu": gpu_facts(),
+        "nccl_backend": m["nccl_backend"],
         "note": ONE_GPU_NOTE if torch.cuda.device_count() == 1 else None,
     }
     return lab.conclude(r, passed, args.started)
@@ -266,6 +285,7 @@ def report(r):
     lines = [
         f"DDP on NCCL: {ranks} via {r['launcher']}, one per {g['model']}"
         f" (CUDA {g['cuda']}, NCCL {g['nccl']}, driver {g['driver']})",
+        f'backend "nccl" ran as {r["nccl_backend"]} (torch {torch.__version__})',
         *([f"note: {r['note']}"] if r["note"] else []),
         *lab.correctness_lines(r),
         "",

@@ -324,6 +324,33 @@ def reduce_scatter_avg_behaviour(device):
     return "neither averages nor sums", value
 
 
+def avg_beyond_all_reduce(device):
+    """ReduceOp.AVG where the pages warn about it: reduce, and an integer tensor.
+
+    Rank r contributes r+1. Returns, as rank 0 saw it: the value reduce(dst=0) left on rank 0
+    (the mean would be (p+1)/2), what reduce(dst=p-1) left in rank 0's own input (it gave 1),
+    and how an integer all_reduce with AVG ends ("raises TypeName" or the value).
+    """
+    rank, p = dist.get_rank(), dist.get_world_size()
+
+    def reduce_avg(dst):
+        x = torch.full((1,), rank + 1.0, dtype=torch.float64, device=device)
+        dist.reduce(x, dst=dst, op=dist.ReduceOp.AVG)
+        return x.item()
+
+    integer = torch.full((1,), rank + 1, dtype=torch.int64, device=device)
+    try:
+        dist.all_reduce(integer, op=dist.ReduceOp.AVG)
+        integer_avg = f"{integer.item()}"
+    except (RuntimeError, ValueError) as err:  # on gloo the division's float result
+        integer_avg = f"raises {type(err).__name__}"  # cannot be written back into int64
+    return {
+        "reduce_avg_on_dst": reduce_avg(0),
+        "reduce_avg_input_left_on_others": reduce_avg(p - 1) if p > 1 else None,
+        "integer_all_reduce_avg": integer_avg,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Training: one loop, three ways to keep replicas in step
 # ---------------------------------------------------------------------------------------------
@@ -570,6 +597,7 @@ def summary(name, backend, start_method, m, reference, control, args):
         "api": m["api"],
         "reduce_scatter_avg_behaviour": behaviour,
         "reduce_scatter_avg_value": value,
+        "avg_beyond_all_reduce": m["avg_beyond_all_reduce"],
         **judge(m["params"], m["replicas"], reference, control),
         "ddp_buckets": len(m["ddp_bucket_bytes"]),
         "ddp_bucket_bytes": m["ddp_bucket_bytes"],
@@ -616,6 +644,7 @@ def correctness_lines(r):
         + (f"; not run with one rank: {', '.join(not_run)}" if not_run else ""),
         f"reduce_scatter with ReduceOp.AVG: {r['reduce_scatter_avg_behaviour']}"
         f" (ranks gave 1..{r['world_size']}, rank 0 got {r['reduce_scatter_avg_value']:g})",
+        *avg_lines(r["avg_beyond_all_reduce"]),
         "",
         f"{'training run':<36}{'max |param - reference|':>25}  replicas",
     ]
@@ -627,6 +656,15 @@ def correctness_lines(r):
     sizes = ", ".join(map(str, r["ddp_bucket_bytes"]))
     lines += ["", f"DDP gradient buckets: {r['ddp_buckets']} ({sizes} bytes)"]
     return lines
+
+
+def avg_lines(avg):
+    others = avg["reduce_avg_input_left_on_others"]
+    left = "" if others is None else f"; with dst p-1, rank 0's input 1 came back as {others:g}"
+    return [
+        f"reduce with ReduceOp.AVG: rank 0 (dst) got {avg['reduce_avg_on_dst']:g}{left}",
+        f"all_reduce with ReduceOp.AVG on int64: {avg['integer_all_reduce_avg']}",
+    ]
 
 
 def verdict_line(r):

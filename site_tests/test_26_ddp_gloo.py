@@ -273,7 +273,11 @@ def test_json_describes_the_run(run):
         "all_gather_single", "all_gather_into_tensor",
         "reduce_scatter_single", "reduce_scatter_tensor",
     }  # fmt: skip
-    assert r["reduce_scatter_avg_behaviour"] in ("averages", "sums")
+    # The lab page: gloo's reduce_scatter and reduce average, and an integer AVG raises.
+    assert r["reduce_scatter_avg_behaviour"] == "averages"
+    avg = r["avg_beyond_all_reduce"]
+    assert avg["reduce_avg_on_dst"] == (r["world_size"] + 1) / 2
+    assert avg["integer_all_reduce_avg"] == "raises RuntimeError"
     for key in ("seconds", "algbw_GBps", "busbw_GBps"):
         assert r["allreduce_4mib"][key] > 0
     assert r["allreduce_4mib"]["bytes"] == r["memcpy_4mib"]["bytes"] == 4 << 20

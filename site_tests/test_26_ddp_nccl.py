@@ -1,9 +1,11 @@
 """The NCCL DDP lab, code/26_ddp_nccl.py: what can be tested anywhere, and what needs GPUs.
 
 Anywhere: bad arguments fail in one line with status 2 before torch is imported; a machine
-without CUDA gets one line and status 2 (CUDA_VISIBLE_DEVICES="" makes any machine one); and
-the committed record of a GPU run, docs/labs/recorded/26_ddp_nccl.json, if there is one, has
-the schema and provenance the lab page relies on.
+without CUDA gets one line and status 2 (CUDA_VISIBLE_DEVICES="" makes any machine one); the
+backend that plain "nccl" registers is the one the page names for the release (no GPU needed:
+registering a backend builds no communicator); and the committed record of a GPU run,
+docs/labs/recorded/26_ddp_nccl.json, if there is one, has the schema and provenance the lab
+page relies on.
 
 With CUDA: the lab runs on every visible GPU through mp.spawn, and on up to two through
 torchrun, and must pass the gloo lab's checks (the ring and the control need two ranks); asking
@@ -64,6 +66,7 @@ def assert_gpu_schema(r):
     assert step["compute_only_s"] > 0 and step["with_comm_s"] > 0 and step["buckets"] >= 1
     assert step["exposed_comm_s"] == pytest.approx(step["with_comm_s"] - step["compute_only_s"])
     assert (r["note"] is not None) == (gpu["count"] == 1)
+    assert r["nccl_backend"] in ("ProcessGroupNCCL2", "ProcessGroupNCCL"), r["nccl_backend"]
     assert set(r["env"]) >= {"torch", "python", "platform", "cpu_model", "cpu_count"}
 
 
@@ -104,6 +107,54 @@ def test_no_cuda_is_one_line_and_status_2():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     line = one_line_error([], env)
     assert "no CUDA device is visible" in line and "gloo lab" in line, line
+
+
+# What `dist.init_process_group("nccl")` would build, asked without a GPU: the creator that
+# registering each NCCL name installs. TORCH_DIST_USE_NCCL2 is read once, at registration.
+REGISTERED_CREATORS = """
+import json
+import torch.distributed as dist
+from importlib.metadata import entry_points
+
+names = {ep.name for ep in entry_points(group="torch.distributed.backends")}
+found = {}
+for name in ("nccl", "nccl2", "nccl-legacy"):
+    if name in names:
+        dist.Backend._ensure_backend_registered(name)
+        found[name] = dist.Backend._plugins[name.upper()].creator_fn.__name__
+print(json.dumps(found))
+"""
+NCCL2, LEGACY = "_create_nccl2_process_group", "_create_nccl_process_group"
+
+
+def registered_creators(switch):
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DIST_USE_NCCL2"}
+    if switch is not None:
+        env["TORCH_DIST_USE_NCCL2"] = switch
+    proc = subprocess.run(
+        [sys.executable, "-c", REGISTERED_CREATORS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("switch", [None, "0", "1"], ids=["unset", "USE_NCCL2=0", "USE_NCCL2=1"])
+def test_default_nccl_backend(switch):
+    """The page: 2.15 builds nccl2 for "nccl" unless TORCH_DIST_USE_NCCL2=0, "nccl-legacy" is
+    the old one; 2.14 builds the old one unless =1; 2.13 has neither name."""
+    from site_tests.fence_plugin import expected_release
+
+    release, creators = expected_release(), registered_creators(switch)
+    if release < (2, 14):
+        assert "nccl2" not in creators and "nccl-legacy" not in creators, creators
+        return
+    assert creators["nccl2"] == NCCL2 and creators["nccl-legacy"] == LEGACY, creators
+    default_is_nccl2 = switch != "0" if release >= (2, 15) else switch == "1"
+    assert creators["nccl"] == (NCCL2 if default_is_nccl2 else LEGACY), creators
 
 
 def test_recorded_gpu_run_has_schema_and_provenance():

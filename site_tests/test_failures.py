@@ -166,6 +166,11 @@ def test_rank0_collective(runs):
 
 def test_shape_mismatch(runs):
     run = runs["shape_mismatch"]
+    # The common outcome: the smaller rank is killed by SIGABRT, its partner loses the peer.
+    survivor, aborted = ranks(run, "abort")
+    assert aborted["status"] == "died" and "killed by SIGABRT" in aborted["error"]
+    assert "Received data size doesn't match expected size" in aborted["error"]
+    assert survivor["status"] == "ok" and "Connection reset by peer" in survivor["value"]["error"]
     for group in ("as_is", "env_in_rank"):  # setting the variable inside the rank changes nothing
         rank0, rank1 = (r["value"] for r in ranks(run, group))
         assert rank0["debug_level"] == rank1["debug_level"] == "OFF"
@@ -203,11 +208,12 @@ def test_uneven_inputs(runs):
     assert rank1["steps"] == batches[1] and "error" in rank1  # stuck at its next collective
     for r in ranks(run, "join"):
         assert r["value"] == {"steps": batches[r["rank"]], "replicas_identical": True}
-    own_all_reduce = ranks(run, "join_loss_all_reduce")
-    assert any(r["status"] != "ok" or "error" in r["value"] for r in own_all_reduce)
-    assert not all(
-        r["status"] == "ok" and "Timed out" in r["value"].get("error", "") for r in own_all_reduce
-    )  # the page says: not a clean timeout
+    # The page: only rank 1 dies, of the size mismatch; rank 0 fails with a TypeError.
+    own0, own1 = ranks(run, "join_loss_all_reduce")
+    assert own0["status"] == "ok" and own0["value"]["failed_in"] == "the exit of Join"
+    assert own0["value"]["error"].startswith("TypeError: _broadcast_coalesced()")
+    assert own1["status"] == "died" and "killed by SIGABRT" in own1["error"]
+    assert "Received data size doesn't match expected size" in own1["error"]
     assert any("Timed out" in r["value"].get("error", "") for r in ranks(run, "join_barrier"))
 
 
@@ -259,6 +265,58 @@ def test_eval_padding(runs):
     assert dropped["never_seen"] and dropped["accuracy"] > truth
     assert strided["seen"] == result["samples"] and not strided["never_seen"]
     assert not strided["counted_twice"] and strided["accuracy"] == truth
+
+
+MONITORED_BARRIER_ON_CPU_GLOO = """
+import datetime, tempfile
+import torch.distributed as dist
+
+store = tempfile.mkdtemp()
+dist.init_process_group("gloo", init_method=f"file://{store}/s", rank=0, world_size=1)
+group = dist.new_group(backend="cpu:gloo")
+try:
+    dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=10))
+    print("accepted")
+except ValueError as exc:
+    print(f"ValueError: {exc}")
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_monitored_barrier_takes_a_group_with_a_cpu_backend(tmp_path):
+    """The page: any group with a CPU backend since 2.14; only plain gloo before (its note)."""
+    from site_tests.fence_plugin import expected_release
+
+    proc = subprocess.run(
+        [sys.executable, "-c", MONITORED_BARRIER_ON_CPU_GLOO],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+    )
+    outcome = proc.stdout.strip()
+    if expected_release() >= (2, 14):
+        assert outcome == "accepted", proc.stdout + proc.stderr
+    else:
+        assert outcome == "ValueError: monitored_barrier is only implemented for GLOO backend."
+
+
+@pytest.mark.parametrize("name", [name for name in SCRIPTS if name not in SINGLE_PROCESS])
+def test_every_error_is_printed_whole_on_one_line(runs, name):
+    """Each rank's error appears verbatim in the report, on a line of its own rank's."""
+    run = runs[name]
+    groups = run.result.get("groups") or {"all": run.result["results"]}
+    errors = [r["error"] for results in groups.values() for r in results if r["error"]]
+    errors += [
+        r["value"]["error"]
+        for results in groups.values()
+        for r in results
+        if r["status"] == "ok" and isinstance(r["value"], dict) and r["value"].get("error")
+    ]
+    for error in errors:
+        assert "\n" not in error
+        assert any(error in line for line in run.result["printed"]), error
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ output. Everything below runs on the same two ranks, one step after the other:
    the whole batch;
 2. SyncBatchNorm, the usual fix, on CPU: DDP refuses it at construction, and a forward pass
    inside a process group refuses a CPU tensor (SyncBatchNorm needs CUDA, XPU or HPU);
-3. what SyncBatchNorm computes, done by hand with one all_reduce of (count, sum, sum of
-   squares): the full-batch statistics and the full-batch output on every rank.
+3. what SyncBatchNorm computes, done by hand: each rank's (mean, invstd, count) all-gathered,
+   as SyncBatchNorm does, then combined into the full-batch statistics, which give the
+   full-batch output on every rank.
 """
 
 import harness
@@ -68,15 +69,24 @@ def sync_batchnorm_refusals(x_shard):
     return refusals
 
 
-def batchnorm_with_all_reduced_statistics(x_shard, eps=1e-5):
-    """SyncBatchNorm's arithmetic: sum count, sum and sum of squares over ranks, then normalise."""
-    count = torch.full((1, FEATURES), float(len(x_shard)), dtype=torch.float64)
-    totals = torch.cat([count, x_shard.sum(0, keepdim=True), x_shard.pow(2).sum(0, keepdim=True)])
-    dist.all_reduce(totals)  # SUM over ranks
-    count, total, squares = totals
-    mean = total / count
-    variance = squares / count - mean**2  # the biased variance, which BatchNorm divides by
-    return mean, (x_shard - mean) / torch.sqrt(variance + eps)  # weight 1 and bias 0 at init
+def batchnorm_with_gathered_statistics(x_shard, eps=1e-5):
+    """SyncBatchNorm's forward: all-gather every rank's (mean, invstd, count), then combine.
+
+    It gathers rather than all-reduces because the counts may differ between ranks; the
+    combination is batch_norm_gather_stats_with_counts's, which has no CPU kernel.
+    """
+    mean = x_shard.mean(0)
+    invstd = torch.rsqrt(x_shard.var(0, correction=0) + eps)  # BatchNorm's biased variance
+    count = torch.full((1,), float(len(x_shard)), dtype=torch.float64)
+    gathered = [torch.empty(2 * FEATURES + 1, dtype=torch.float64) for _ in range(WORLD_SIZE)]
+    dist.all_gather(gathered, torch.cat([mean, invstd, count]))
+    means, invstds, counts = torch.stack(gathered).split([FEATURES, FEATURES, 1], dim=1)
+    total = counts.sum()
+    mean = (counts * means).sum(0) / total
+    # Each rank's variance back from its invstd, then spread within ranks plus between them.
+    variances = invstds.pow(-2) - eps
+    variance = (counts * (variances + (means - mean) ** 2)).sum(0) / total
+    return mean, (x_shard - mean) * torch.rsqrt(variance + eps)  # weight 1, bias 0 at init
 
 
 def three_steps(rank, world_size):
@@ -87,7 +97,7 @@ def three_steps(rank, world_size):
 
     ddp_mean, ddp_out = plain_batchnorm_under_ddp(x[shard])
     refusals = sync_batchnorm_refusals(x[shard])
-    synced_mean, synced_out = batchnorm_with_all_reduced_statistics(x[shard])
+    synced_mean, synced_out = batchnorm_with_gathered_statistics(x[shard])
     return {
         "full_mean": reference.running_mean.tolist(),
         "ddp_mean": ddp_mean.tolist(),
@@ -126,8 +136,8 @@ def main():
     report.say("SyncBatchNorm on CPU:")
     for what, error in values[0]["refusals"].items():
         report.say(f"  {what}:")
-        report.say_wrapped(error, prefix="    ")
-    report.say("(count, sum, sum of squares) all-reduced, as SyncBatchNorm does on a GPU:")
+        report.say(f"    {error}")
+    report.say("(mean, invstd, count) all-gathered and combined, as SyncBatchNorm does on a GPU:")
     for rank, v in enumerate(values):
         report.say(
             f"  rank {rank}  mean {vector(v['synced_mean'])}  "
@@ -150,7 +160,7 @@ def main():
         "SyncBatchNorm: forward refuses a CPU tensor": all(
             "expected input tensor to be on GPU" in v["refusals"].get(forward, "") for v in values
         ),
-        "all-reduced statistics: the full batch's": all(
+        "gathered statistics: the full batch's": all(
             mean_gap(v, "synced_mean") < 1e-12 and v["synced_output_error"] < 1e-10 for v in values
         ),
     }

@@ -13,7 +13,8 @@ This module keeps the plumbing out of their way, so each of them reads as the st
   timeout; a rank still alive at the deadline is killed; the directory is removed. Nothing
   outlives the call. `run_one_group` is the common case of a single group where nothing should
   fail: the script's variants run in it one after the other.
-- `summarize` cuts a real exception message down to its first sentences, for the page.
+- `summarize` keeps a real exception message's first line, verbatim, for the page: a reader
+  can paste it into a search box (or search the page for theirs) and find it.
 - `Report` prints the human report, remembers every line, and writes the JSON (machine facts
   under "env", the printed lines under "printed", the checks that decide the exit status).
 """
@@ -27,11 +28,9 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pathlib
-import re
 import signal
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable
 
@@ -120,40 +119,20 @@ def exit_now(status):
 # ---------------------------------------------------------------------------------------------
 # Error text for the page: the real message, cut short
 # ---------------------------------------------------------------------------------------------
-SOURCE_PATH = re.compile(r"/\S*/([\w.-]+\.(?:cc|cpp|h|hpp|py):\d+)")  # CI checkout path -> file
+def summarize(message, keep=()):
+    """The first line of `message`, verbatim, and any later line starting with one of `keep`.
 
-
-def summarize(message, limit=240, keep=()):
-    """The first line of `message`, cut at a sentence end to at most `limit` characters.
-
-    Build paths shrink to their file name, `TensorOptions(...)` dumps lose their contents, and
-    any later line that starts with one of the prefixes in `keep` is appended.
+    The later lines of a torch error are a C++ stack or a list of overloads: the first line is
+    the message a reader sees, and searches for, so it is kept whole, build paths included.
     """
-    lines = [" ".join(line.split()) for line in message.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if not lines:
         return ""
-    head = elide_parenthesized(SOURCE_PATH.sub(r"\1", lines[0]), "TensorOptions(")
-    if len(head) > limit:
-        end = head.rfind(". ", 0, limit)
-        head = head[: end + 1] if end > 0 else head[:limit].rsplit(" ", 1)[0] + " [...]"
-    return " ".join([head, *(line for line in lines[1:] if line.startswith(keep))])
-
-
-def elide_parenthesized(text, opening):
-    """Replace the contents of every `opening...)` group (nesting counted) with `...`."""
-    out, start = [], 0
-    while (found := text.find(opening, start)) >= 0:
-        depth, index = 1, found + len(opening)
-        while index < len(text) and depth:
-            depth += {"(": 1, ")": -1}.get(text[index], 0)
-            index += 1
-        out.append(text[start:found] + opening + "...)")
-        start = index
-    return "".join(out) + text[start:]
+    return " ".join([lines[0], *(line for line in lines[1:] if line.startswith(keep))])
 
 
 def describe(exc, **summarize_options):
-    """`Type: first sentences` of an exception, the way the report prints it."""
+    """`Type: first line` of an exception, the way the report prints it."""
     return f"{type(exc).__name__}: {summarize(str(exc), **summarize_options)}"
 
 
@@ -171,7 +150,6 @@ class Variant:
     body: Callable[[int, int], object]  # (rank, world_size) -> a picklable, JSON-ready value
     hangs: bool = False  # expected to hang: its group gets the short timeout, to fail quickly
     before_init: Callable[[], None] | None = None  # runs in the child before the group exists
-    error_limit: int = 240  # characters of an uncaught error's first line to keep
 
 
 @dataclasses.dataclass
@@ -179,7 +157,7 @@ class RankResult:
     rank: int
     status: str  # "ok", "raised", "died" (exited without answering), "killed" (at the deadline)
     value: object = None  # what the rank's function returned, when "ok"
-    error: str = ""  # "Type: first sentences" when "raised"; the last words on stderr when "died"
+    error: str = ""  # "Type: first line" when "raised"; the last words on stderr when "died"
     seconds: float = 0.0  # from the rank's start until it answered
 
     @property
@@ -254,7 +232,7 @@ def rank_main(variant, rank, world_size, folder, pg_timeout_s, *, answer, releas
         value = variant.body(rank, world_size)
         answer.send(("ok", value, "", time.perf_counter() - started))
     except Exception as exc:
-        error = describe(exc, limit=variant.error_limit)
+        error = describe(exc)
         answer.send(("raised", None, error, time.perf_counter() - started))
     finally:
         # Stay connected until every rank has answered: a rank that left early would turn the
@@ -329,9 +307,6 @@ def reap(children, collected, grace_s=MARGIN_S):
 # ---------------------------------------------------------------------------------------------
 # The report: what the page shows, and the JSON the tests read
 # ---------------------------------------------------------------------------------------------
-WIDTH = 80  # columns: what a code block on the page shows without scrolling
-
-
 class Report:
     def __init__(self, case):
         self.case = case
@@ -341,21 +316,19 @@ class Report:
         print(text, flush=True)
         self.lines.append(text)
 
-    def say_wrapped(self, text, prefix):
-        """`prefix` then `text`, wrapped to WIDTH columns under the end of the prefix."""
-        indent = " " * len(prefix)
-        for line in textwrap.wrap(text, WIDTH, initial_indent=prefix, subsequent_indent=indent):
-            self.say(line)
-
     def group(self, title, results, show_value=repr, timed=True):
-        """A title (with the slowest rank's time), then what each rank returned or raised."""
+        """A title (with the slowest rank's time), then what each rank returned or raised.
+
+        Each rank gets one line, however long: an error message stays whole and unwrapped, so
+        that the page's code block scrolls instead of breaking it where a search would miss it.
+        """
         slowest = max(result.seconds for result in results)
         self.say(f"{title}  [{slowest:.1f} s]" if timed else title)
         for result in results:
             what = show_value(result.value) if result.ok else result.error
             if result.status == "died":
                 what = f"died, {what}"
-            self.say_wrapped(what, prefix=f"  rank {result.rank}  ")
+            self.say(f"  rank {result.rank}  {what}")
 
     def failed_unexpectedly(self, json_path, results):
         """For a group meant to run cleanly: show how each rank ended, write the JSON, return 1."""

@@ -1,19 +1,24 @@
-"""Failure: ranks all-reduce tensors of different shapes. Silent on one rank, a hang on the other.
+"""Failure: ranks all-reduce tensors of different shapes. Usually an abort; sometimes silence.
 
     python code/failures/shape_mismatch.py
     python code/failures/shape_mismatch.py --json shapes.json
 
-Rank 0 all-reduces 4 numbers, rank 1 only 3 (think of a per-class metric computed over the
-classes each rank happened to see). gloo does not compare shapes: it moves bytes. The same two
-ranks run four times, each pair in its own group, side by side:
+Rank 0 all-reduces n0 numbers, rank 1 only n1 < n0 (think of a per-class metric computed over
+the classes each rank happened to see). gloo checks the size of what arrives only when a whole
+message comes in that is larger than the buffer waiting for it; then it aborts the process. The
+same two ranks run five times, each pair in its own group, side by side:
 
-1. as is: rank 1 returns a wrong sum, rank 0 waits for data that never comes and times out;
-2. with TORCH_DISTRIBUTED_DEBUG=DETAIL put into the environment inside the rank, just before
-   init_process_group: torch.distributed read the variable when it was imported, so nothing
-   changes;
-3. the same, followed by dist.set_debug_level_from_env(), which re-reads it: each collective is
+1. 1000 against 999: rank 1 is killed by SIGABRT ("Received data size doesn't match expected
+   size"), which no try/except can catch, and rank 0 loses its connection. Most size pairs
+   end this way;
+2. 4 against 3, one of the few pairs that stay silent: rank 1 returns a wrong sum, rank 0 waits
+   for data that never comes and times out;
+3. 4 against 3 with TORCH_DISTRIBUTED_DEBUG=DETAIL put into the environment inside the rank,
+   just before init_process_group: torch.distributed read the variable when it was imported,
+   so nothing changes;
+4. the same, followed by dist.set_debug_level_from_env(), which re-reads it: each collective is
    now checked across ranks first, and both ranks fail at once with both shapes in the message;
-4. the fix: the same shape on every rank.
+5. the fix: the same shape on every rank.
 
 Alongside, a fresh interpreter started with the variable already in its environment (as a shell
 `export` or a launcher would do it) reports the debug level it gets at import.
@@ -45,9 +50,13 @@ def all_reduce_ones(rank, world_size, length):
     values = torch.ones(length)
     try:
         dist.all_reduce(values)
-    except RuntimeError as exc:
-        return {"debug_level": level, "error": harness.describe(exc, limit=500)}
+    except RuntimeError as exc:  # gloo's abort is not an exception: this never sees it
+        return {"debug_level": level, "error": harness.describe(exc)}
     return {"debug_level": level, "sum": values.tolist()}
+
+
+def far_apart(rank, world_size):
+    return all_reduce_ones(rank, world_size, length=1000 if rank == 0 else 999)
 
 
 def mismatched(rank, world_size):
@@ -82,6 +91,8 @@ def start_fresh_interpreter_with_detail():
 # Run them, print, check
 # ---------------------------------------------------------------------------------------------
 def show(value):
+    if value is None:  # the rank died; the report prints how
+        return ""
     if "error" in value:
         return f"debug level {value['debug_level']}, {value['error']}"
     return f"debug level {value['debug_level']}, returned sum {value['sum']}"
@@ -90,11 +101,12 @@ def show(value):
 def main():
     report = harness.Report("mismatched shapes")
     report.say(f"{WORLD_SIZE} ranks, gloo, hung collectives give up after {args.pg_timeout_s:g} s")
-    report.say("dist.all_reduce(torch.ones(n)), n = 4 on rank 0; on rank 1:")
+    report.say("dist.all_reduce(torch.ones(n)), n differs between the ranks:")
     fresh = start_fresh_interpreter_with_detail()  # it imports torch while the groups run
     try:
         groups = harness.run_groups(
             {
+                "abort": harness.Variant(far_apart, hangs=True),
                 "as_is": harness.Variant(mismatched, hangs=True),
                 "env_in_rank": harness.Variant(
                     mismatched, hangs=True, before_init=set_detail_in_environment
@@ -110,14 +122,15 @@ def main():
     finally:
         fresh.kill()
         fresh.wait()
-    report.group("n = 3", groups["as_is"], show)
+    report.group("n = 1000 on rank 0, 999 on rank 1", groups["abort"], show)
+    report.group("n = 4 on rank 0, 3 on rank 1", groups["as_is"], show)
     report.group(
-        "n = 3, TORCH_DISTRIBUTED_DEBUG=DETAIL set before init_process_group",
+        "n = 4 and 3, TORCH_DISTRIBUTED_DEBUG=DETAIL set before init_process_group",
         groups["env_in_rank"],
         show,
     )
     report.group(
-        "n = 3, the same, then dist.set_debug_level_from_env()",
+        "n = 4 and 3, the same, then dist.set_debug_level_from_env()",
         groups["env_reread"],
         show,
     )
@@ -130,7 +143,12 @@ def main():
     as_is, in_rank, reread, fixed = (
         values(name) for name in ("as_is", "env_in_rank", "env_reread", "fixed")
     )
+    aborted, survivor = groups["abort"][1], groups["abort"][0]
     checks = {
+        "1000 vs 999: rank 1 killed by SIGABRT, size mismatch named": aborted.status == "died"
+        and "SIGABRT" in aborted.error
+        and "Received data size doesn't match expected size" in aborted.error,
+        "1000 vs 999: rank 0 loses its peer": survivor.ok and "error" in survivor.value,
         "as is: rank 1 returns a sum, not of all ones doubled": as_is[1].get("sum")
         not in (None, [2.0] * 3),
         "as is: rank 0 times out": "Timed out" in as_is[0].get("error", ""),
@@ -144,7 +162,9 @@ def main():
         ),
         "fixed: every rank sums to 2": all(v.get("sum") == [2.0] * 4 for v in fixed),
         "fresh interpreter: DETAIL at import": fresh_level == "DETAIL",
-        "every rank answered": all(r.ok for results in groups.values() for r in results),
+        "every rank but the aborted one answered": all(
+            r.ok for name, results in groups.items() for r in results if r is not aborted
+        ),
     }
     return report.finish(args.json, checks, groups=groups, fresh_interpreter_level=fresh_level)
 
