@@ -118,7 +118,7 @@ def releases(session, torch):
     """Every fence and every lab's tests on one torch release (all three: nox -s releases)."""
     python = shared_venv(session, torch)
     pytest(session, python, *FENCE_ARGS, "docs")
-    pytest(session, python, *(session.posargs or lab_tests()))
+    pytest(session, python, "--without-site", *(session.posargs or lab_tests()))
 
 
 @nox.session(name="catch-rate", default=False)

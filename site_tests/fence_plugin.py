@@ -10,6 +10,9 @@ without running:
   fences do not run as __main__ and the body would be skipped silently;
 - a fence whose first line is `# fence: skip (REASON)` is reported as skipped with that reason.
 
+`--without-site` deselects every test that needs the built site: the release matrix runs the
+labs' own tests on each torch, and the site is built (and its pages checked) on the pinned one.
+
 Two switches serve the release matrix's catch-rate measure (site_tests/catch_rate.py):
 - PRETEND_TORCH=2.15.0 makes `torch.__version__` read 2.15.0 inside every fence, and
   `expected_release()` return it to the lab tests, while the installed torch keeps running: the
@@ -66,7 +69,20 @@ def pytest_collect_file(file_path, parent):
     return HiddenFence.from_parent(parent, path=file_path)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption(
+        "--without-site",
+        action="store_true",
+        help="deselect the tests that need the built site (the release matrix runs labs only)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--without-site", default=False):
+        site = [item for item in items if "built_site" in getattr(item, "fixturenames", ())]
+        if site:
+            config.hook.pytest_deselected(items=site)
+            items[:] = [item for item in items if item not in site]
     for item in items:
         code = getattr(item, "code", None)
         if code is None:

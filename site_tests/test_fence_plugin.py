@@ -141,3 +141,30 @@ def test_check_report_records_each_outcome_with_its_fence(tmp_path):
     assert set(by_outcome) == {"failed", "passed"}, outcomes
     assert "9.9.0" in by_outcome["failed"]["code"]
     assert "the fence sees" in by_outcome["failed"]["message"]
+
+
+def test_without_site_deselects_the_tests_that_need_the_built_site(tmp_path):
+    (tmp_path / "test_mixed.py").write_text(
+        textwrap.dedent("""\
+        import pytest
+
+        @pytest.fixture
+        def built_site():
+            raise AssertionError("the site was built")
+
+        def test_needs_the_site(built_site):
+            pass
+
+        def test_a_lab():
+            pass
+        """)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--without-site", "-q"]
+        + [str(tmp_path / "test_mixed.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "1 passed, 1 deselected" in proc.stdout, proc.stdout
