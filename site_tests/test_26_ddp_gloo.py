@@ -225,7 +225,8 @@ def check_collectives(r):
 def check_variants(r):
     for name in VARIANTS:
         diff = r["variants"][name]["max_abs_diff"]
-        assert diff < 1e-6, f"{name} is {diff:.3g} off"
+        # "lands on the reference to float64 rounding", the page says: ulps, not 1e-6
+        assert diff <= r["thresholds"]["variant_max"] <= 1e-12, f"{name} is {diff:.3g} off"
 
 
 def check_control(r):
