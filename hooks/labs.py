@@ -34,6 +34,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import figure_views  # noqa: E402,F401  (registers the ring and overlap views)
 import lab_views  # noqa: E402
 import labrunner  # noqa: E402
+import two_nodes_views  # noqa: E402,F401  (registers the two-node lab's views)
 
 MARKER = re.compile(r"^<!-- lab:(?P<run>[\w-]+):(?P<view>[\w-]+) -->$", re.MULTILINE)
 RUNS = {}

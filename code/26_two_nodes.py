@@ -1,0 +1,726 @@
+"""Two nodes for real: torchrun across two network namespaces, an elastic restart, the
+interface trap and an open store. Needs root (CAP_NET_ADMIN), iproute2 and nft.
+
+    sudo python code/26_two_nodes.py                  # all four parts
+    sudo python code/26_two_nodes.py --nodes-up 1 --join-timeout 5  # node 1 never comes
+
+Each "node" is a Linux network namespace with one interface, eth0, on a private link.
+Its address comes from 198.18.0.0/15, a range reserved for tests, and exists only inside
+the namespaces: no packet leaves them, and the machine's own interfaces stay untouched.
+Every node runs what a real cluster node runs, one torchrun agent:
+
+    GLOO_SOCKET_IFNAME=eth0 torchrun --nnodes=2 --nproc_per_node=2 \
+        --rdzv_backend=c10d --rdzv_endpoint=node0:29400 --rdzv_id=JOB \
+        code/elastic_train.py --ckpt-dir=$SHARED/ckpt
+
+Three small clusters run side by side, one job each ($SHARED, a temporary directory,
+plays the shared file system):
+
+  train    four ranks on two nodes match the single-process reference. Before node 1
+           joins, a third namespace (the outsider) reads and writes node 0's store; then
+           a firewall rule that admits only the job's nodes shuts it out, and node 1
+           joins through it.
+  restart  rank 3 (node 1) crashes at a step; both agents restart their workers
+           (--max_restarts=1), the script resumes from its checkpoint, and the final
+           parameters must be bit-identical to those of the uninterrupted run.
+  trap     node 1's hostname resolves to 127.0.1.1 (Debian's default /etc/hosts) and
+           the job runs without GLOO_SOCKET_IFNAME: gloo advertises the loopback address
+           and the connection fails. The other jobs have the same /etc/hosts and set it.
+
+Teardown lives in one place, a small shell process started first in a session of its
+own. It waits for this script to end (its stdin closes however the script ends, SIGKILL
+included), then kills every process in the run's namespaces, deletes them, and removes
+the temporary directory. Namespaces of a run whose guardian was killed too are swept at
+the next start.
+
+--json PATH writes: clusters (hosts, namespaces), steps, parts {train, restart, trap,
+store}, reference_max_abs_diff, restart_bit_identical, env.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from lab_cli import OneLineParser  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+TRAIN = HERE / "elastic_train.py"
+OUTSIDER = HERE / "store_outsider.py"
+PREFIX = "ddp2n"  # every namespace and temp dir of a run is named ddp2n-PID-...
+RDZV_PORT = 29400  # private to each cluster's namespaces: parallel runs cannot collide
+SUBNETS = {"train": "198.18.1", "restart": "198.18.2", "trap": "198.18.3"}
+LOOPBACK_TRAP = "127.0.1.1"
+SHOWN_ENV = ("GLOO_SOCKET_IFNAME", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+PARTS = ("train", "restart", "trap", "store")
+
+
+# -------------------------------------------------------------------------------------
+# Settings
+# -------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per job")
+    parser.add_argument(
+        "--crash-at-step",
+        type=int,
+        default=4,
+        help="step at which rank 3 crashes (restart job)",
+    )
+    parser.add_argument(
+        "--join-timeout",
+        type=float,
+        default=90,  # node 1 starts late, after the outsider's visit; machines are busy
+        help="seconds torchrun's rendezvous waits for every node before giving up",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=60,
+        help="seconds before the whole run is stopped",
+    )
+    parser.add_argument(
+        "--nodes-up",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="1: start node 0 of the train job only, to watch a rendezvous time out",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write every result to PATH")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2, got {args.steps}")
+    if not 2 <= args.crash_at_step <= args.steps:
+        parser.error(f"--crash-at-step must be between 2 and --steps ({args.steps})")
+    for option in ("join_timeout", "deadline"):
+        if not getattr(args, option) > 0:
+            flag = "--" + option.replace("_", "-")
+            parser.error(f"{flag} must be a positive number of seconds")
+    folder = os.path.dirname(os.path.abspath(args.json or "."))
+    if args.json and not os.path.isdir(folder):
+        parser.error(f"--json {args.json}: directory {folder!r} does not exist")
+    if os.geteuid() != 0:
+        message = "26_two_nodes.py: needs root (CAP_NET_ADMIN) for network namespaces"
+        print(message, file=sys.stderr)
+        sys.exit(2)  # as for bad input: this machine cannot run it as asked
+    tools = ("ip", "nft", "unshare", "hostname")
+    missing = ", ".join(tool for tool in tools if not shutil.which(tool))
+    if missing:
+        hint = "Debian: apt-get install iproute2 nftables"
+        parser.error(f"needs {missing} on PATH ({hint})")
+    return args
+
+
+# -------------------------------------------------------------------------------------
+# Helpers: namespaces, the guardian, processes inside a node
+# -------------------------------------------------------------------------------------
+STARTED = time.monotonic()
+
+
+def progress(message):
+    """Where the run is, on stderr: a build that fails shows these last lines."""
+    print(
+        f"[+{time.monotonic() - STARTED:5.1f} s] {message}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+class Stopped(Exception):
+    """SIGTERM, SIGINT or the deadline: unwind, so that the guardian tears down."""
+
+
+def on_signal(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def sh(*argv, check=True):
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=10)
+
+
+# The one teardown. $1: the run's prefix, $2: its temp dir. It first waits for EOF.
+TEARDOWN = r"""
+cat >/dev/null
+for ns in $(ip netns list | cut -d' ' -f1 | grep "^$1-"); do
+  ip netns pids "$ns" | xargs -r kill -9
+  ip netns del "$ns"
+done
+rm -rf "$2"
+"""
+
+
+def start_guardian(run_prefix, tmp):
+    return subprocess.Popen(
+        ["sh", "-c", TEARDOWN, "teardown", run_prefix, str(tmp)],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # outside our process group: a killpg of us spares it
+    )
+
+
+def sweep_leftovers():
+    """Tear down what dead runs left behind (a run whose guardian was killed too)."""
+    stale = set()
+    for line in sh("ip", "netns", "list").stdout.splitlines():
+        found = re.match(rf"({PREFIX}-(\d+))-", line)
+        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
+            stale.add(found[1])
+    for path in pathlib.Path(tempfile.gettempdir()).glob(f"{PREFIX}-*"):
+        found = re.match(rf"({PREFIX}-(\d+))-", path.name)
+        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+    for run_prefix in sorted(stale):
+        subprocess.run(
+            ["sh", "-c", TEARDOWN, "teardown", run_prefix, ""],
+            stdin=subprocess.DEVNULL,
+        )
+
+
+class Cluster:
+    """Hosts on one private link: a switch namespace with a bridge, one per host."""
+
+    def __init__(self, run_prefix, name, hosts):
+        self.name, self.subnet = name, SUBNETS[name]
+        self.hosts = {host: f"{self.subnet}.{i + 1}" for i, host in enumerate(hosts)}
+        self.ns = {host: f"{run_prefix}-{name}-{host}" for host in [*hosts, "switch"]}
+
+    def create(self):
+        switch = self.ns["switch"]
+        sh("ip", "netns", "add", switch)
+        sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", switch, "link", "set", "br0", "up")
+        for host, addr in self.hosts.items():
+            ns = self.ns[host]
+            sh("ip", "netns", "add", ns)
+            # Both ends are born inside namespaces: the machine's own never sees them.
+            sh(
+                "ip",
+                "-n",
+                ns,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host,
+                "netns",
+                switch,
+            )
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", switch, "link", "set", host, "master", "br0", "up")
+
+    def hosts_file(self, tmp, host, trapped):
+        """/etc/hosts for `host`: every node by name; its own on loopback if trapped."""
+        lines = ["127.0.0.1 localhost"]
+        for other, addr in self.hosts.items():
+            own_addr = LOOPBACK_TRAP if (other == host and trapped) else addr
+            lines.append(f"{own_addr} {other}")
+        path = tmp / f"hosts-{self.name}-{host}"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def start(self, host, argv, env, hosts_file, log):
+        """Run argv on `host`: its network namespace, hostname and /etc/hosts."""
+        inside = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+        command = [
+            *("ip", "netns", "exec", self.ns[host]),
+            *("unshare", "--uts", "--mount", "sh", "-c", inside, "node"),
+            *(host, str(hosts_file), *argv),
+        ]
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE if host == "outsider" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if host == "outsider" else log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=HERE.parent,
+        )
+
+    def run_in(self, host, *argv):
+        return sh("ip", "netns", "exec", self.ns[host], *argv).stdout
+
+
+# -------------------------------------------------------------------------------------
+# Helpers: one torchrun job
+# -------------------------------------------------------------------------------------
+def torchrun_argv(job_id, args, max_restarts, ckpt_dir, extra, nproc):
+    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
+    return [
+        str(torchrun) if torchrun.exists() else "torchrun",
+        "--nnodes=2",
+        f"--nproc_per_node={nproc}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=node0:{RDZV_PORT}",
+        f"--rdzv_id={job_id}",
+        f"--rdzv_conf=join_timeout={args.join_timeout:g}",
+        f"--max_restarts={max_restarts}",
+        str(TRAIN.relative_to(HERE.parent)),
+        f"--ckpt-dir={ckpt_dir}",
+        f"--steps={args.steps}",
+        *extra,
+    ]
+
+
+def shown(argv, env, tmp):
+    """The command as a reader types it on a node: torchrun by name, $SHARED for the
+    run's temporary directory (the shared file system), wrapped to fit a page."""
+    words = [f"{k}={v}" for k, v in env.items() if k in SHOWN_ENV]
+    words += ["torchrun", *(word.replace(str(tmp), "$SHARED") for word in argv[1:])]
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + len(word) > 76:
+            lines[-1] += " \\"
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return "\n".join(lines)
+
+
+class Job:
+    """Two torchrun agents, one per node; what each prints is kept in a log file."""
+
+    def __init__(
+        self,
+        cluster,
+        tmp,
+        args,
+        max_restarts=0,
+        extra=(),
+        ifname=True,
+        env=None,
+        nproc=2,
+    ):
+        self.cluster, self.tmp = cluster, tmp
+        self.id = f"{cluster.name}-{uuid.uuid4().hex[:8]}"  # a fresh job id every run
+        self.ckpt = tmp / f"ckpt-{cluster.name}"
+        self.ckpt.mkdir()
+        extra = list(extra)
+        self.argv = torchrun_argv(self.id, args, max_restarts, self.ckpt, extra, nproc)
+        # INFO shows the agents' restart decisions; OMP_NUM_THREADS=1 is torchrun's
+        # default anyway, and setting it spares every log torchrun's banner about it.
+        self.env = {
+            "LOGLEVEL": "INFO",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if ifname:
+            self.env["GLOO_SOCKET_IFNAME"] = "eth0"
+        self.env.update(env or {})
+        self.agents, self.logs = {}, {}
+
+    def start(self, host):
+        log_path = self.tmp / f"{self.cluster.name}-{host}.log"
+        self.logs[host] = log_path
+        hosts_file = self.cluster.hosts_file(self.tmp, host, trapped=host == "node1")
+        with open(log_path, "w") as log:
+            agent = self.cluster.start(host, self.argv, self.env, hosts_file, log)
+        self.agents[host] = agent
+
+    def wait(self, grace_s=10):
+        """Exit status per node. Once one agent has failed, the others get `grace_s`
+        to notice before they are stopped (SIGTERM: torchrun then stops its workers)."""
+        failed_at = None
+        while any(agent.poll() is None for agent in self.agents.values()):
+            codes = [agent.returncode for agent in self.agents.values()]
+            if failed_at is None and any(code not in (None, 0) for code in codes):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > grace_s:
+                for agent in self.agents.values():
+                    if agent.poll() is None:
+                        agent.terminate()
+            time.sleep(0.2)
+        return {host: agent.returncode for host, agent in self.agents.items()}
+
+    def output(self, host):
+        return self.logs[host].read_text(errors="replace")
+
+    def events(self):
+        """Every `@@` line the workers printed, from both nodes, in time order."""
+        found = []
+        for host in self.logs:
+            for line in self.output(host).splitlines():
+                if line.startswith("@@ "):
+                    found.append({**json.loads(line[3:]), "node": host})
+        return sorted(found, key=lambda e: e["t"])
+
+    def agent_lines(self, pattern):
+        """(time, node, message) for agent log lines matching `pattern`."""
+        stamp = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*?\] (.*)$")
+        found = []
+        for host in self.logs:
+            for line in self.output(host).splitlines():
+                m = stamp.match(line)
+                if m and re.search(pattern, m[4]):
+                    found.append((wall_clock_today(m), host, m[4]))
+        return sorted(found)
+
+
+def wall_clock_today(m):
+    """glog's HH:MM:SS.us as a Unix time (the agents log local time, as we do)."""
+    today = datetime.datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    return today.timestamp() + int(m[1]) * 3600 + int(m[2]) * 60 + float(m[3])
+
+
+def first_error(text):
+    """The message of the last exception a worker raised, without its traceback."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)(: |$)", ln)]
+    return errors[-1] if errors else "no error message found"
+
+
+def loopback_error(text):
+    """Gloo's own words about the address it could not reach, source path trimmed."""
+    for line in text.splitlines():
+        gloo = line.startswith("RuntimeError: Gloo connectFullMesh")
+        if gloo and LOOPBACK_TRAP in line:
+            return re.sub(r"\[/\S+\] ", "", line.strip())
+    return first_error(text)
+
+
+def require_success(job, codes):
+    """A job that should have trained and did not: its node's last lines, one line."""
+    for host, code in codes.items():
+        if code != 0:
+            print(job.output(host)[-3000:], file=sys.stderr)
+            error = first_error(job.output(host))
+            name = job.cluster.name
+            sys.exit(f"26_two_nodes.py: the {name} job failed on {host}: {error}")
+
+
+def next_report(proc):
+    """The next `@@` line a process prints (its warnings and C++ frames are dropped)."""
+    noise = []
+    for line in proc.stdout:
+        if line.startswith("@@ "):
+            return json.loads(line[3:])
+        noise.append(line.rstrip())
+    return {"connected": False, "error": f"exited without a report: {noise[-1:]}"}
+
+
+def final_params(events):
+    """The parameters every rank ended with, as float.hex() strings (all must agree)."""
+    finals = {tuple(e["params"]) for e in events if e["event"] == "done"}
+    if len(finals) != 1:
+        sys.exit(f"26_two_nodes.py: {len(finals)} different final parameter sets")
+    return list(finals.pop())
+
+
+# -------------------------------------------------------------------------------------
+# The parts
+# -------------------------------------------------------------------------------------
+def open_store_then_train(job, args):
+    """Node 0 waits for node 1; meanwhile the outsider visits, then is shut out."""
+    node0_addr = job.cluster.hosts["node0"]
+    outsider_hosts = job.cluster.hosts_file(job.tmp, "outsider", trapped=False)
+    outsider = job.cluster.start(
+        "outsider",
+        [sys.executable, str(OUTSIDER), node0_addr, str(RDZV_PORT), job.id],
+        {"PYTHONUNBUFFERED": "1"},
+        outsider_hosts,
+        None,
+    )
+    job.start("node0")  # the outsider retries until node 0's agent is listening
+    visit = next_report(outsider)
+    progress(f"outsider visited node0's store: {visit.get('connected')}")
+    listening = [
+        line.split()[3]
+        for line in job.cluster.run_in("node0", "ss", "-ltnH").splitlines()
+        if line.split()[3].endswith(f":{RDZV_PORT}")
+    ]
+    # The fix the page recommends: only the job's own nodes may reach the store's port.
+    nodes = [addr for host, addr in job.cluster.hosts.items() if host != "outsider"]
+    rule = f"tcp dport {RDZV_PORT} ip saddr != {{ {', '.join(nodes)} }} drop"
+    job.cluster.run_in("node0", "nft", "add", "table", "inet", "guard")
+    job.cluster.run_in(
+        "node0",
+        "nft",
+        "add chain inet guard input { type filter hook input priority 0 ; }",
+    )
+    job.cluster.run_in("node0", "nft", f"add rule inet guard input {rule}")
+    outsider.stdin.write("firewall up\n")
+    outsider.stdin.flush()
+    blocked = next_report(outsider)
+    progress(f"outsider after the rule: connected={blocked.get('connected')}")
+    outsider.stdin.close()  # it exits on its own; the teardown ends it if it has not
+    if args.nodes_up == 2:
+        job.start("node1")
+    codes = job.wait()
+    progress(f"train job ended: {codes}")
+    return {
+        "listening": listening,
+        "visit": visit,
+        "rule": f"nft add rule inet guard input {rule}",
+        "after_rule": blocked,
+        "exit_codes": codes,
+    }
+
+
+def train_part(job):
+    events = job.events()
+    starts = [e for e in events if e["event"] == "start"]
+    return {
+        "command": shown(job.argv, job.env, job.tmp),
+        "exit_codes": {host: agent.returncode for host, agent in job.agents.items()},
+        "ranks": sorted(
+            (
+                {k: e[k] for k in ("rank", "node", "group_rank", "local_rank", "world")}
+                for e in starts
+            ),
+            key=lambda r: r["rank"],
+        ),
+        "params": final_params(events),
+    }
+
+
+def restart_part(job, codes):
+    events = job.events()
+    crash = next(e for e in events if e["event"] == "crash")
+    t0 = crash["t"]
+    after = [e for e in events if e["t"] > t0]
+    restarted = [e for e in after if e["event"] == "start"]
+    back = min(e["t"] for e in restarted)
+    resumed = next(e for e in after if e["event"] == "step" and e["t"] > back)
+    timeline = [
+        (
+            0.0,
+            crash["node"],
+            f"rank {crash['rank']} crashes at step {crash['step']}",
+        )
+    ]
+    for t, node, message in job.agent_lines(r"will restart worker group"):
+        what = "agent: " + message.removeprefix("[default] ")
+        timeline.append((t - t0, node, what))
+    for node in ("node0", "node1"):
+        mine = [e for e in restarted if e["node"] == node]
+        first = min(mine, key=lambda e: e["t"])
+        timeline.append(
+            (
+                first["t"] - t0,
+                node,
+                f"workers start again: TORCHELASTIC_RESTART_COUNT={first['restart']}, "
+                f"resume from step {first['resume_step']}",
+            )
+        )
+    done = f"step {resumed['step']} done"
+    timeline.append((resumed["t"] - t0, resumed["node"], done))
+    return {
+        "command": shown(job.argv, job.env, job.tmp),
+        "exit_codes": codes,
+        "crash_step": crash["step"],
+        "resume_steps": sorted({e["resume_step"] for e in restarted}),
+        "restart_count_by_node": {e["node"]: e["restart"] for e in restarted},
+        "restarted_ranks": sorted(e["rank"] for e in restarted),
+        "timeline": [timeline_row(*row) for row in sorted(timeline)],
+        "crash_to_resumed_s": round(resumed["t"] - t0, 2),
+        "params": final_params(events),
+    }
+
+
+def timeline_row(t, node, what):
+    return {"t_s": round(t, 2), "node": node, "what": what}
+
+
+def trap_part(job, codes):
+    return {
+        "command_node1": shown(job.argv, job.env, job.tmp),
+        "hosts_node1": (job.tmp / "hosts-trap-node1").read_text(),
+        "exit_codes": codes,
+        "failed": any(code != 0 for code in codes.values()),
+        "error": loopback_error(job.output("node0") + job.output("node1")),
+    }
+
+
+def reference_params(steps):
+    import elastic_train
+
+    return elastic_train.params_hex(elastic_train.reference(steps))
+
+
+def max_abs_diff(hex_a, hex_b):
+    pairs = zip(hex_a, hex_b, strict=True)
+    return max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in pairs)
+
+
+# -------------------------------------------------------------------------------------
+# The run
+# -------------------------------------------------------------------------------------
+def run(args, tmp, run_prefix):
+    clusters = {
+        "train": Cluster(run_prefix, "train", ["node0", "node1", "outsider"]),
+        "restart": Cluster(run_prefix, "restart", ["node0", "node1"]),
+        "trap": Cluster(run_prefix, "trap", ["node0", "node1"]),
+    }
+    if args.nodes_up == 1:
+        clusters = {"train": clusters["train"]}
+    for cluster in clusters.values():
+        cluster.create()
+    names = [ns for cluster in clusters.values() for ns in cluster.ns.values()]
+    progress(f"namespaces up: {', '.join(names)}")
+    # The launcher waits most of the run: it imports torch meanwhile, for the reference.
+    # A daemon thread, so that a SIGTERM or a failed job need not wait for it to finish.
+    reference = {}
+    side = threading.Thread(
+        target=lambda: reference.update(params=reference_params(args.steps)), daemon=True
+    )
+    side.start()
+    train = Job(clusters["train"], tmp, args)
+    if args.nodes_up == 1:
+        open_store_then_train(train, args)
+        error = first_error(train.output("node0"))
+        sys.exit(f"26_two_nodes.py: node 1 never joined; rendezvous gave up: {error}")
+    # The restarted workers must not share the first round's store: its keys would hand
+    # them the dead workers' addresses (pytorch/pytorch#135712).
+    restart = Job(
+        clusters["restart"],
+        tmp,
+        args,
+        max_restarts=1,
+        extra=[f"--crash-at-step={args.crash_at_step}"],
+        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+    )
+    # One worker per node is enough to show the trap, and it saves two torch imports.
+    short = ["--timeout=5"]  # gloo gives up connecting after this many seconds
+    trap = Job(clusters["trap"], tmp, args, extra=short, ifname=False, nproc=1)
+    for job in (restart, trap):
+        job.start("node0")
+        job.start("node1")
+    store = open_store_then_train(train, args)
+    require_success(train, store["exit_codes"])
+    trap_codes = trap.wait()
+    progress(f"trap job ended: {trap_codes}")
+    restart_codes = restart.wait()
+    progress(f"restart job ended: {restart_codes}")
+    require_success(restart, restart_codes)
+
+    from provenance import machine_facts
+
+    side.join()
+    parts = {
+        "train": train_part(train),
+        "restart": restart_part(restart, restart_codes),
+        "trap": trap_part(trap, trap_codes),
+        "store": store,
+    }
+    return {
+        "lab": "26_two_nodes",
+        "clusters": {
+            name: {"hosts": c.hosts, "namespaces": list(c.ns.values())}
+            for name, c in clusters.items()
+        },
+        "steps": args.steps,
+        "parts": parts,
+        "reference_max_abs_diff": max_abs_diff(parts["train"]["params"], reference["params"]),
+        "restart_bit_identical": parts["restart"]["params"] == parts["train"]["params"],
+        "env": machine_facts(),
+    }
+
+
+def say(text="", indent=""):
+    """Print `text` wrapped to 88 columns: every line of this report goes on a page."""
+    more = indent + "  "
+    print(textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=more))
+
+
+def report(r):
+    """The short human report; the page embeds each `== part ==` block where it fits."""
+    train, restart, trap, store = (r["parts"][k] for k in PARTS)
+    hosts = r["clusters"]["train"]["hosts"]
+    print("== train ==")
+    say(f"node0 ({hosts['node0']}) and node1 ({hosts['node1']}) each run:")
+    print(textwrap.indent(train["command"], "  "))
+    print("rank  node   GROUP_RANK  LOCAL_RANK  WORLD_SIZE")
+    for row in train["ranks"]:
+        print(
+            f"{row['rank']:>4}  {row['node']:<5}  {row['group_rank']:>10}  "
+            f"{row['local_rank']:>10}  {row['world']:>10}"
+        )
+    say(
+        f"after {r['steps']} steps, max |DDP - single-process full batch| = "
+        f"{r['reference_max_abs_diff']:.1e}"
+    )
+    print("== restart ==")
+    say(f"rank 3 is told to crash at step {restart['crash_step']}; each node runs:")
+    print(textwrap.indent(restart["command"], "  "))
+    for row in restart["timeline"]:
+        say(f"+{row['t_s']:5.2f} s  {row['node']:<5}  {row['what']}", indent="  ")
+    same = "yes" if r["restart_bit_identical"] else "NO"
+    say(f"final parameters bit-identical to the uninterrupted run: {same}")
+    print("== trap ==")
+    print("node1's /etc/hosts:")
+    print(textwrap.indent(trap["hosts_node1"], "  "), end="")
+    print("node1 runs, without GLOO_SOCKET_IFNAME:")
+    print(textwrap.indent(trap["command_node1"], "  "))
+    outcome = "failed" if trap["failed"] else "did NOT fail"
+    say(f"the job {outcome}: {trap['error']}")
+    say("the train and restart jobs: the same hosts file, GLOO_SOCKET_IFNAME=eth0")
+    print("== store ==")
+    bound = ", ".join(store["listening"])
+    say(f"node0$ ss -ltn: port {RDZV_PORT} listening on {bound}")
+    visit = store["visit"]
+    say(f"outsider ({hosts['outsider']}, not in the job), before node1 joins:")
+    if visit.get("connected"):
+        say(f"connected; keys: {', '.join(visit['keys'])}", indent="  ")
+        kind = "pickle" if visit["rdzv_state_is_pickle"] else "data (not a pickle)"
+        say(
+            f"read the rendezvous state: {visit['rdzv_state_bytes']} bytes of {kind}",
+            "  ",
+        )
+        say(
+            f"wrote outsider/was-here, read it back: {visit['wrote_and_read_back']}",
+            "  ",
+        )
+    else:
+        say(f"could not connect: {visit.get('error')}", indent="  ")
+    table, rule = store["rule"].split(" tcp ", 1)
+    print(f"node0# {table} \\\n    tcp {rule}")
+    after = store["after_rule"]
+    refused = f"shut out: {after.get('error')}"
+    outcome = "still connects" if after.get("connected") else refused
+    say(f"outsider again: {outcome}")
+    codes = ", ".join(f"{host} {code}" for host, code in store["exit_codes"].items())
+    say(f"node1 then joins through the rule and the job trains (exit status: {codes})")
+
+
+def main():
+    args = parse_args()
+    sweep_leftovers()
+    run_prefix = f"{PREFIX}-{os.getpid()}"
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
+    guardian = start_guardian(run_prefix, tmp)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(signum, on_signal)
+    signal.setitimer(signal.ITIMER_REAL, args.deadline)
+    try:
+        result = run(args, tmp, run_prefix)
+    except Stopped as why:
+        late = why.args[0] == "SIGALRM"
+        what = f"stopped after {args.deadline:g} s" if late else why.args[0]
+        sys.exit(f"26_two_nodes.py: {what}; tore down every namespace and process")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
+        guardian.stdin.close()  # the guardian tears down now
+        guardian.wait(timeout=30)
+    report(result)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

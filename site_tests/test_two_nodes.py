@@ -1,0 +1,250 @@
+"""The two-node lab, code/26_two_nodes.py: torchrun across network namespaces, for real.
+
+As root (the build machines and CI), the lab runs once for the module and every claim its page
+makes is checked on that run: four ranks on two nodes match the single-process reference; the
+elastic restart resumes from the checkpoint and ends bit-identical to the uninterrupted run;
+the interface trap fails with the loopback address in gloo's error; an outsider reads and
+writes the store until a firewall rule shuts it out. Then the endings: a rendezvous that never
+completes, SIGTERM and SIGKILL mid-run; after each, no namespace, veth, process or temp dir of
+that run is left. Anywhere: bad input and a missing root are refused in one line, status 2.
+"""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from site_tests.conftest import ROOT
+
+LAB = ROOT / "code" / "26_two_nodes.py"
+RUN_TIMEOUT = 300  # seconds: the lab stops itself at --deadline 240 (a busy machine)
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")
+
+pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
+
+
+def lab(*args, env=None, timeout=RUN_TIMEOUT):
+    return subprocess.run(
+        [sys.executable, str(LAB), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def leftovers(pid):
+    """Everything a run with launcher `pid` could leave: namespaces, processes, temp dirs."""
+    prefix = f"ddp2n-{pid}-"
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found = [line.split()[0] for line in names.splitlines() if line.startswith(prefix)]
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if prefix in cmdline and int(proc.name) != os.getpid():
+            found.append(f"process {proc.name}: {cmdline[:120]}")
+    found += [str(p) for p in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*")]
+    return found
+
+
+def our_links():
+    """Links in the machine's own namespace that the lab would have made, were it to leak."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return [ln for ln in links.splitlines() if re.search(r": (node\d|outsider|br0)[@:]", ln)]
+
+
+def wait_until_clean(pid, seconds=30):
+    deadline = time.monotonic() + seconds
+    while (left := leftovers(pid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+# ---------------------------------------------------------------------------------------------
+# Anywhere
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "1"], "--steps must be at least 2"),
+        (["--crash-at-step", "9"], "--crash-at-step must be between 2"),
+        (["--join-timeout", "0"], "--join-timeout must be a positive"),
+        (["--nodes-up", "3"], "invalid choice"),
+        (["--json", "/no/such/dir/r.json"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_before_torch(args, message, torch_refuses):
+    env = dict(os.environ, PYTHONPATH=str(torch_refuses))
+    proc = lab(*args, env=env, timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert message in line and "Traceback" not in line
+
+
+def test_not_root_is_one_line_status_2(torch_refuses):
+    """geteuid is made to answer 1000: the lab must refuse before touching anything."""
+    fake = f"import os, runpy, sys; os.geteuid = lambda: 1000; sys.argv = [{str(LAB)!r}]; "
+    fake += f"runpy.run_path({str(LAB)!r}, run_name='__main__')"
+    env = dict(os.environ, PYTHONPATH=str(torch_refuses))
+    proc = subprocess.run(
+        [sys.executable, "-c", fake], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs root" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# As root: one full run, read by many tests
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not IS_ROOT:
+        pytest.skip("network namespaces need root")
+    out = tmp_path_factory.mktemp("two-nodes") / "result.json"
+    before = our_links()
+    proc = lab("--deadline", "240", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "Traceback" not in proc.stdout
+    result = json.loads(out.read_text())
+    return {"result": result, "stdout": proc.stdout, "links_before": before}
+
+
+def test_four_ranks_on_two_nodes_match_the_reference(run):
+    r = run["result"]
+    rows = r["parts"]["train"]["ranks"]
+    assert [row["rank"] for row in rows] == [0, 1, 2, 3]
+    by_node = {node: [row for row in rows if row["node"] == node] for node in ("node0", "node1")}
+    assert all(len(ranks) == 2 for ranks in by_node.values()), rows
+    for ranks in by_node.values():
+        assert sorted(row["local_rank"] for row in ranks) == [0, 1]
+        assert len({row["group_rank"] for row in ranks}) == 1  # one GROUP_RANK per node
+    assert {by_node[n][0]["group_rank"] for n in by_node} == {0, 1}
+    assert all(row["world"] == 4 for row in rows)
+    # float64, 6 steps: the DDP average and the full-batch mean differ by rounding only
+    assert r["reference_max_abs_diff"] < 1e-12
+
+
+def test_restart_resumes_from_the_checkpoint_bit_identical(run):
+    r = run["result"]
+    restart = r["parts"]["restart"]
+    assert restart["exit_codes"] == {"node0": 0, "node1": 0}
+    assert restart["crash_step"] == 4
+    # rank 0 saved the step before the crash; every restarted rank resumed from it
+    assert restart["resume_steps"] == [3]
+    assert restart["restarted_ranks"] == [0, 1, 2, 3]
+    # node 1's agent counts a failure; node 0's may restart for the membership change (0)
+    assert restart["restart_count_by_node"]["node1"] == 1
+    assert restart["restart_count_by_node"]["node0"] in (0, 1)
+    assert r["restart_bit_identical"] is True
+    assert restart["params"] == r["parts"]["train"]["params"]
+    times = [row["t_s"] for row in restart["timeline"]]
+    assert times == sorted(times) and restart["crash_to_resumed_s"] > 0
+    assert "+ 0.00 s  node1  rank 3 crashes at step 4" in run["stdout"]
+
+
+def test_interface_trap_fails_on_the_loopback_address(run):
+    trap = run["result"]["parts"]["trap"]
+    assert "127.0.1.1 node1" in trap["hosts_node1"]
+    assert "GLOO_SOCKET_IFNAME" not in trap["command_node1"]
+    assert trap["failed"] and any(code != 0 for code in trap["exit_codes"].values())
+    assert "127.0.1.1" in trap["error"] and "connectFullMesh" in trap["error"]
+    # and the jobs that set the variable, with the same hosts file, trained
+    assert "GLOO_SOCKET_IFNAME=eth0" in run["result"]["parts"]["train"]["command"]
+
+
+def test_store_is_open_until_the_firewall_rule(run):
+    store = run["result"]["parts"]["store"]
+    assert store["listening"] and all(
+        addr.rsplit(":", 1)[0] in ("*", "0.0.0.0", "[::]") for addr in store["listening"]
+    ), store["listening"]
+    visit = store["visit"]
+    assert visit["connected"] and visit["wrote_and_read_back"]
+    assert visit["rdzv_state_is_pickle"] and visit["rdzv_state_bytes"] > 0
+    assert any(key.startswith("torch.rendezvous.") for key in visit["keys"])
+    # dropped, not refused: the store was still listening, the rule kept the outsider out
+    assert store["after_rule"]["connected"] is False
+    assert "timed out" in store["after_rule"]["error"]
+    assert "drop" in store["rule"] and "198.18.1.3" not in store["rule"]
+    assert store["exit_codes"] == {"node0": 0, "node1": 0}  # node 1 got through the rule
+
+
+def test_report_has_one_block_per_part(run):
+    headers = re.findall(r"^== (\w+) ==$", run["stdout"], re.MULTILINE)
+    assert headers == ["train", "restart", "trap", "store"]
+
+
+def test_addresses_stay_in_the_test_range(run):
+    for cluster in run["result"]["clusters"].values():
+        for addr in cluster["hosts"].values():
+            assert addr.startswith("198.18."), addr
+
+
+def test_full_run_leaves_nothing(run):
+    namespaces = [ns for c in run["result"]["clusters"].values() for ns in c["namespaces"]]
+    pid = re.match(r"ddp2n-(\d+)-", namespaces[0])[1]
+    assert wait_until_clean(pid, seconds=5) == []
+    assert our_links() == run["links_before"]
+
+
+# ---------------------------------------------------------------------------------------------
+# As root: how it ends when things go wrong
+# ---------------------------------------------------------------------------------------------
+@needs_root
+def test_hung_rendezvous_ends_at_its_timeout():
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, str(LAB), "--nodes-up", "1", "--join-timeout", "5", "--deadline", "240"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+    assert proc.returncode == 1, stdout + stderr
+    last = stderr.strip().splitlines()[-1]
+    assert "node 1 never joined" in last and "RendezvousTimeoutError" in last, last
+    assert time.monotonic() - started < RUN_TIMEOUT
+    assert wait_until_clean(proc.pid) == []
+
+
+def start_and_wait_for_agents(seconds=60):
+    """Start the lab and return it once its agents are running inside the namespaces."""
+    proc = subprocess.Popen(
+        [sys.executable, str(LAB), "--deadline", "240"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any("process" in item and "torchrun" in item for item in leftovers(proc.pid)):
+            time.sleep(2)  # let the agents get into their rendezvous
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("the lab's agents never started")
+
+
+@needs_root
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_kill_mid_run_leaves_nothing(signum):
+    before = our_links()
+    proc = start_and_wait_for_agents()
+    assert leftovers(proc.pid), "nothing was running to kill"
+    os.kill(proc.pid, signum)
+    proc.wait(timeout=30)
+    assert wait_until_clean(proc.pid) == []
+    assert our_links() == before
