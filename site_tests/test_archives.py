@@ -5,6 +5,7 @@ the real exercises download, as mkdocs.yml declares it, into a folder of its own
 a learner would, with a plain `python -m pytest` and `python grade.py`.
 """
 
+import ast
 import importlib.util
 import os
 import re
@@ -179,3 +180,18 @@ def test_the_readme_commands_are_the_ones_that_work(unpacked):
     commands = re.findall(r"^python (\S+\.py)", readme, re.MULTILINE)
     assert commands and all((unpacked / script).is_file() for script in commands)
     assert readme.count("```bash") == 2  # set up; grade
+
+
+def test_the_download_imports_nothing_but_torch_pytest_and_the_standard_library(unpacked):
+    local = {path.stem for path in unpacked.glob("*.py")}
+    allowed = set(sys.stdlib_module_names) | {"torch", "pytest"} | local
+    for path in unpacked.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
