@@ -1,0 +1,148 @@
+"""MkDocs hook: execute the site's notebooks with our own runner; mkdocs-jupyter renders them.
+
+mkdocs-jupyter can execute notebooks itself, but its cache keys on the notebook's bytes alone
+(not the torch it ran on), nbclient has no timeout unless given one, and `allow_errors`
+defaults to true. So mkdocs-jupyter is configured with `execute: false`, and this hook:
+
+1. keys each notebook on its bytes, this file's bytes, and the torch and Python versions;
+2. on a miss runs `python hooks/notebooks.py execute SRC DST` in a process group of its own,
+   killed after NOTEBOOK_TIMEOUT_S; inside, nbclient gives every cell CELL_TIMEOUT_S and runs
+   the notebook in a fresh temporary directory (a `%%writefile` lands there, not in docs/).
+   A cell tagged `raises-exception` may fail; any other error fails the build;
+3. trims each traceback in the executed copy to its last line (the message is the lesson;
+   the frames are noise, and no page may show a traceback, see labs.py's on_post_build);
+4. stores the executed copy in the lab cache and points mkdocs-jupyter's page at it, so the
+   page and its download are the notebook as it ran.
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CELL_TIMEOUT_S = 120
+NOTEBOOK_TIMEOUT_S = 300
+EXPECTED_ERROR_TAG = "raises-exception"  # nbclient's own tag for a cell allowed to fail
+LOG = logging.getLogger("mkdocs.hooks.notebooks")
+
+
+# ---------------------------------------------------------------------------------------------
+# Build side (MkDocs events)
+# ---------------------------------------------------------------------------------------------
+def cache_key(notebook):
+    import importlib.metadata
+
+    digest = hashlib.sha256()
+    for part in (notebook.read_bytes(), pathlib.Path(__file__).read_bytes()):
+        digest.update(part + b"\0")
+    torch = importlib.metadata.version("torch")
+    digest.update(f"torch=={torch}\0python=={platform.python_version()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def executed_copy(notebook, cache):
+    """The executed notebook for `notebook`, from the cache or by running it now."""
+    # The file keeps its name: mkdocs-jupyter's download is named after it.
+    target = cache / f"{notebook.stem}-{cache_key(notebook)}" / notebook.name
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    LOG.info(f"notebook {notebook.name}: executing (timeout {NOTEBOOK_TIMEOUT_S} s)")
+    partial = target.with_suffix(".partial")
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "execute", str(notebook), str(partial)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the kernel and the ranks it starts die with the group
+    )
+    try:
+        output, _ = proc.communicate(timeout=NOTEBOOK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        fail(notebook, f"timed out after {NOTEBOOK_TIMEOUT_S} s", output)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+            os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode != 0:
+        fail(notebook, f"failed (status {proc.returncode})", output)
+    os.replace(partial, target)
+    return target
+
+
+def fail(notebook, what, output):
+    from mkdocs.exceptions import PluginError
+
+    tail = "\n".join(output.strip().splitlines()[-25:])
+    raise PluginError(f"notebook {notebook.name} {what}:\n{tail}")
+
+
+def on_files(files, config):
+    """Point mkdocs-jupyter at the executed copy of each notebook in docs/."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    import labrunner
+
+    cache = labrunner.cache_root(ROOT) / "notebooks"
+    for file in files:
+        if file.src_uri.endswith(".ipynb"):
+            file.abs_src_path = str(executed_copy(pathlib.Path(file.abs_src_path), cache))
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# Runner side (python hooks/notebooks.py execute SRC DST), in its own process
+# ---------------------------------------------------------------------------------------------
+def trim_tracebacks(nb):
+    """Each traceback in the outputs cut down to its last line, the exception's message."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                output.traceback = [f"{output.ename}: {output.evalue}"]
+            elif output.output_type == "stream" and "Traceback (most recent call last)" in (
+                output.text
+            ):
+                lines = output.text.splitlines()
+                kept = [ln for ln in lines if not ln.startswith((" ", "Traceback (most recent"))]
+                output.text = "\n".join(kept) + "\n"
+
+
+def execute(src, dst):
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    # The kernel finds this venv's torchrun, as it would in an activated environment.
+    env_path = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["PATH"] = env_path
+    with tempfile.TemporaryDirectory(prefix="notebook-") as workdir:
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            allow_errors=False,  # only cells tagged raises-exception may fail
+            resources={"metadata": {"path": workdir}},
+        )
+        client.execute()
+    tagged = [c for c in nb.cells if EXPECTED_ERROR_TAG in c.get("metadata", {}).get("tags", [])]
+    for cell in tagged:
+        if not any(o.output_type == "error" for o in cell.outputs):
+            sys.exit(f"a cell tagged {EXPECTED_ERROR_TAG} ran without error:\n{cell.source}")
+    trim_tracebacks(nb)
+    nbformat.write(nb, dst)
+    summary = {"cells": len(nb.cells), "expected_errors": len(tagged)}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "execute":
+        sys.exit("usage: python hooks/notebooks.py execute SRC.ipynb DST.ipynb")
+    execute(sys.argv[2], sys.argv[3])
