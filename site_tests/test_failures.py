@@ -420,3 +420,20 @@ def test_the_not_run_rows_quote_what_the_installed_torch_knows():
     assert fragment in suite.read_text(encoding="utf-8")
     page = PAGE.read_text(encoding="utf-8")
     assert fragment in page and "this site did not run them" in page
+
+
+def test_the_default_nccl_backend_words_its_timeout_as_the_page_quotes():
+    """2.15's nccl2 watchdog message, found in the CUDA library (no GPU needed to read it)."""
+    import mmap
+
+    from site_tests.fence_plugin import expected_release
+
+    (torch_dir,) = importlib.util.find_spec("torch").submodule_search_locations
+    library = pathlib.Path(torch_dir) / "lib" / "libtorch_cuda.so"
+    if not library.is_file():
+        pytest.skip(f"a CPU build of torch: no {library.name} to read")
+    nccl2 = b"Watchdog caught collective operation timeout: NCCL operation timed out"
+    with library.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        found = data.find(nccl2) >= 0
+    assert found == (expected_release() >= (2, 15))
+    assert nccl2.decode() in PAGE.read_text(encoding="utf-8")
