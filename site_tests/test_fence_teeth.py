@@ -96,12 +96,6 @@ MUTANTS = {
     "DDP reduces in the parameters' dtype": [
         ("nn.Linear(16, 4).to(param_dtype)", "nn.Linear(16, 4).to(torch.bfloat16)"),
     ],
-    "DDP's bucket copy of the gradients": [
-        (
-            "DDP(model, gradient_as_bucket_view=bucket_view)",
-            "DDP(model, gradient_as_bucket_view=True)",
-        ),
-    ],
     "no_sync and a counting hook": [
         ("with wrapped.no_sync():", "with torch.enable_grad():"),
         (
