@@ -162,7 +162,11 @@ def source_view(context):
             again.append(path)
             continue
         shown.add(path)
-        body = fence("python", path.read_text(encoding="utf-8"), relative(path))
+        listing = path.read_text(encoding="utf-8")
+        for section_path, title, section in first:
+            if section_path == path:  # shown in full above: once is enough for the page
+                listing = listing.replace(section, f"# ({title}: shown above.)")
+        body = fence("python", listing, relative(path))
         text += folded(relative(path), body, anchor=source_anchor(relative(path)))
     if again:
         links = ", ".join(
@@ -319,7 +323,8 @@ def sweep_view(context):
     )
     fit = ring_fit(result)
     width, height = (inches * 96 for inches in SWEEP_SIZE_IN)  # CSS pixels
-    size = f'width="{width:.0f}" height="{height:.0f}"'
+    # lazy: the browser then never fetches the palette's image that is hidden
+    size = f'width="{width:.0f}" height="{height:.0f}" loading="lazy"'
     # Material shows the #only-light image in the light palette and #only-dark in the dark one.
     images = (
         f"![{alt}]({context.link(sweep_uri(context.run.name))}#only-light){{ {size} }}\n"
