@@ -154,7 +154,11 @@ def lint(session):
 
 @nox.session
 def browser(session):
-    """Headless Chromium against the built site (skips with a reason if Chromium is missing)."""
+    """The built site in Chromium at 1400 and 390 px, served gzipped: layout, axe, Lighthouse.
+
+    Each check skips with its reason where its tool is missing (Chromium, nginx, or the npm
+    tools that .ci/run installs from site_tests/npm-tools.txt).
+    """
     python = shared_venv(session)
     pytest(session, python, "site_tests/test_browser.py", *session.posargs)
 
