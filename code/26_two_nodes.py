@@ -119,6 +119,11 @@ def parse_args(argv=None):
     if missing:
         hint = "Debian: apt-get install iproute2 nftables"
         parser.error(f"needs {missing} on PATH ({hint})")
+    # Root in a container may still lack CAP_SYS_ADMIN: try a namespace that lives for
+    # one `true` and leaves nothing behind.
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
+    if probe.returncode != 0:
+        parser.error("cannot create network namespaces here (needs CAP_SYS_ADMIN)")
     return args
 
 
@@ -575,7 +580,8 @@ def run(args, tmp, run_prefix):
     # A daemon thread, so that a SIGTERM or a failed job need not wait for it to finish.
     reference = {}
     side = threading.Thread(
-        target=lambda: reference.update(params=reference_params(args.steps)), daemon=True
+        target=lambda: reference.update(params=reference_params(args.steps)),
+        daemon=True,
     )
     side.start()
     train = Job(clusters["train"], tmp, args)
@@ -616,6 +622,7 @@ def run(args, tmp, run_prefix):
         "trap": trap_part(trap, trap_codes),
         "store": store,
     }
+    reference_diff = max_abs_diff(parts["train"]["params"], reference["params"])
     return {
         "lab": "26_two_nodes",
         "clusters": {
@@ -624,7 +631,7 @@ def run(args, tmp, run_prefix):
         },
         "steps": args.steps,
         "parts": parts,
-        "reference_max_abs_diff": max_abs_diff(parts["train"]["params"], reference["params"]),
+        "reference_max_abs_diff": reference_diff,
         "restart_bit_identical": parts["restart"]["params"] == parts["train"]["params"],
         "env": machine_facts(),
     }

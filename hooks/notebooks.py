@@ -123,6 +123,9 @@ def execute(src, dst):
     # The kernel finds this venv's torchrun, as it would in an activated environment.
     env_path = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     os.environ["PATH"] = env_path
+    # ipykernel relays what child processes write to fd 1 and 2 (the spawned ranks' errors)
+    # only outside pytest; a test must see the notebook run exactly as a build runs it.
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
     with tempfile.TemporaryDirectory(prefix="notebook-") as workdir:
         client = nbclient.NotebookClient(
             nb,
