@@ -34,6 +34,23 @@ def mkdocs_build(config, site_dir, cache_dir, timeout=BUILD_TIMEOUT):
     )
 
 
+def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
+    """Run `python COMMAND` in an unpacked download, with none of the course's setup around.
+
+    `hide` names environment variables the repository's own runs rely on and a reader who
+    downloaded the folder would not have.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in hide}
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The real site, built once per test session with an empty lab cache: (site, cache).

@@ -7,16 +7,14 @@ a learner would, with a plain `python -m pytest` and `python grade.py`.
 
 import ast
 import importlib.util
-import os
 import re
-import subprocess
 import sys
 import zipfile
 
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT, mkdocs_build
+from site_tests.conftest import ROOT, mkdocs_build, run_unpacked
 
 HOOK = ROOT / "hooks" / "archives.py"
 
@@ -135,15 +133,7 @@ def unpacked(tmp_path_factory):
 
 def learner_run(folder, *command):
     """Run a command in the unpacked folder with nothing of the course's setup around it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("EXERCISES_FROM", "PYTHONPATH")}
-    return subprocess.run(
-        [sys.executable, *command],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_unpacked(folder, *command, timeout=240, hide=("EXERCISES_FROM", "PYTHONPATH"))
 
 
 def test_the_download_holds_starters_tests_and_readme_but_no_solutions(unpacked):

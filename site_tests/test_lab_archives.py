@@ -5,12 +5,11 @@ that gains an import gains a file in its zip; these tests run the unpacked copie
 the repository, to prove it.
 """
 
-import os
-import subprocess
-import sys
 import zipfile
 
 import pytest
+
+from site_tests.conftest import run_unpacked
 
 TIMEOUT_S = 55
 
@@ -25,16 +24,7 @@ def unpack(built_site, name, target):
 
 
 def run_alone(folder, *command):
-    """Run in the unpacked folder, with nothing of the repository on the import path."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, *command],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return run_unpacked(folder, *command, timeout=TIMEOUT_S)
 
 
 def test_the_gloo_lab_runs_from_its_download(built_site, tmp_path):
