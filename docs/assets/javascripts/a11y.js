@@ -1,8 +1,15 @@
-// Names for the controls Material's JavaScript draws without one. A code annotation's marker is
-// a link whose only content is a number drawn by CSS, so assistive technology (and axe) finds
-// a link with no name. Material adds the markers after load, so new ones are named as they
-// appear.
+// What Material's markup leaves for assistive technology to guess, filled in once the page is
+// there (axe and Lighthouse check each of these):
+// - a code annotation's marker is a link whose only content is a number drawn by CSS: name it;
+// - a task list's checkbox sits in an empty label: name it after its item's text;
+// - a code block, table or formula that scrolls sideways must take keyboard focus, or a
+//   keyboard cannot scroll it. Which ones scroll depends on the screen, so this is redone on
+//   every resize.
+// Material adds annotation markers after load, so changes to the page are watched too.
 (() => {
+  const SCROLLERS =
+    "article :is(pre > code, .md-typeset__scrollwrap, .arithmatex, .fig-scroll, .highlight-ipynb)";
+
   function nameAnnotations(root) {
     for (const link of root.querySelectorAll("a.md-annotation__index:not([aria-label])")) {
       const number = link.querySelector("[data-md-annotation-id]")?.dataset.mdAnnotationId;
@@ -10,9 +17,36 @@
     }
   }
 
+  function nameCheckboxes(root) {
+    for (const box of root.querySelectorAll(".task-list-item input:not([aria-label])")) {
+      const words = box.closest(".task-list-item").textContent.trim().replace(/\s+/g, " ");
+      box.setAttribute("aria-label", words.slice(0, 120));
+    }
+  }
+
+  function focusScrollers(root) {
+    for (const element of root.querySelectorAll(SCROLLERS)) {
+      const scrolls = element.scrollWidth > element.clientWidth + 1;
+      if (scrolls && !element.hasAttribute("tabindex")) {
+        element.setAttribute("tabindex", "0");
+        element.dataset.a11yFocus = "";
+      } else if (!scrolls && "a11yFocus" in element.dataset) {
+        element.removeAttribute("tabindex");
+        delete element.dataset.a11yFocus;
+      }
+    }
+  }
+
+  function fill(root) {
+    nameAnnotations(root);
+    nameCheckboxes(root);
+    focusScrollers(root);
+  }
+
   const observer = new MutationObserver(() => nameAnnotations(document.body));
   document$.subscribe(({ body }) => {
-    nameAnnotations(body);
+    fill(body);
     observer.observe(body, { childList: true, subtree: true });
   });
+  window.addEventListener("resize", () => focusScrollers(document.body));
 })();
