@@ -38,9 +38,34 @@ FENCE_IN_TAB = re.compile(
 )
 
 
+class AdmonitionMarkdownIt(MarkdownIt):
+    """CommonMark with Material's admonitions, where blank lines never end a fold early.
+
+    markdown-it's admonition plugin closes a block at two consecutive empty lines, and with it
+    any fence inside, so the rest of a fence that ruff formats with two blank lines between
+    functions would never run. MkDocs keeps such a fence whole. Giving each empty line between
+    two indented lines their common indentation (line numbers unchanged) makes both agree.
+    """
+
+    def parse(self, src, env=None):
+        return super().parse(indent_blank_lines(src), env)
+
+
+def indent_blank_lines(text):
+    lines = text.split("\n")
+    indents = [len(line) - len(line.lstrip(" ")) if line.strip() else None for line in lines]
+    for i, indent in enumerate(indents):
+        if indent is not None:
+            continue
+        before = next((n for n in reversed(indents[:i]) if n is not None), 0)
+        after = next((n for n in indents[i + 1 :] if n is not None), 0)
+        lines[i] = " " * min(before, after)
+    return "\n".join(lines)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_markdown_docs_markdown_it():
-    return MarkdownIt("commonmark").use(admon_plugin)
+    return AdmonitionMarkdownIt("commonmark").use(admon_plugin)
 
 
 class HiddenFence(pytest.File):

@@ -68,6 +68,31 @@ def test_a_fence_inside_an_admonition_runs(tmp_path):
     assert "the admonition's fence ran" in proc.stdout
 
 
+def test_blank_lines_inside_a_folded_fence_do_not_cut_it_short(tmp_path):
+    """Two blank lines (ruff's spacing between functions) must not end the fence early."""
+    proc = run_fences(
+        tmp_path,
+        """\
+        # Page
+
+        ??? note "How we know"
+
+            ```python
+            import math
+
+
+            def half(x):
+                return x / 2
+
+
+            assert half(math.pi) == 1.0, "the end of the fence ran"
+            ```
+        """,
+    )
+    assert summary(proc) == {"failed": 1}, proc.stdout
+    assert "the end of the fence ran" in proc.stdout
+
+
 def test_a_skip_line_skips_with_its_reason(tmp_path):
     proc = run_fences(
         tmp_path,
