@@ -50,7 +50,8 @@ def test_naive_reduces_each_parameter_after_the_whole_backward(overlap):
         starts = [call["launch_s"] for call in run["allreduces"]]
         assert all(end <= start for end, start in zip(ends, starts[1:], strict=False))
         assert run["step_s"] == ends[-1]
-    assert result["grad_max_abs_diff"] <= 1e-6, "both methods must produce the same gradients"
+    # Two ranks, and DDP's division by 2 is exact in binary: the sums cannot differ by a bit.
+    assert result["grad_max_abs_diff"] == 0.0, "both methods must produce the same gradients"
 
 
 def test_the_figure_and_its_text_alternative_come_from_the_record(overlap):

@@ -221,7 +221,8 @@ MUTANT_SETS = {
 EXPECTED = {
     ("first", 1): (
         {"*"},
-        "rank 0 waited 10 s in exercise 1's ring_all_reduce: a rank did not send",
+        # whichever rank times out first names itself: 0 or 1
+        "waited 10 s in exercise 1's ring_all_reduce: a rank did not send",
     ),
     ("first", 2): ({"test_training_matches_the_full_batch_reference"}, "full-batch reference"),
     ("first", 3): (
