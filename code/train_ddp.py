@@ -10,6 +10,7 @@ which sets RANK, LOCAL_RANK and WORLD_SIZE for every process it starts.
 """
 
 import argparse
+import gc
 import os
 import tempfile
 
@@ -121,7 +122,10 @@ def main():
     rank, device = join_the_job()
     try:
         train(rank, device)
-    finally:  # train() has returned: its DDP model, which holds the group, is gone
+    finally:
+        # What trained can outlive train() in reference cycles and still hold the
+        # group; collect it first, or the group may die at exit with an abort.
+        gc.collect()
         dist.destroy_process_group()
 
 
