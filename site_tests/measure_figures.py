@@ -11,11 +11,13 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -28,6 +30,56 @@ def wall(command, env=None, repeat=3):
         subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def serve_latency(page="docs/glossary.md", path="glossary/", edits=3):
+    """Seconds from saving a prose edit to the page `mkdocs serve` returns showing it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/{path}"
+    source = ROOT / page
+    original = source.read_text(encoding="utf-8")
+    server = subprocess.Popen(
+        [PY, "-m", "mkdocs", "serve", "--strict", "--dev-addr", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    latencies = []
+    try:
+        deadline = time.monotonic() + 600  # the first build may run labs
+        while "Glossary" not in fetch(url):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("mkdocs serve never served the page")
+            time.sleep(0.5)
+        for n in range(edits):
+            marker = f"proseedit{n}marker"
+            source.write_text(original + f"\n{marker}\n", encoding="utf-8")
+            start = time.perf_counter()
+            while marker not in fetch(url):
+                if time.perf_counter() - start > 60:
+                    raise RuntimeError("the edit never showed")
+                time.sleep(0.05)
+            latencies.append(time.perf_counter() - start)
+            time.sleep(1)
+    finally:
+        source.write_text(original, encoding="utf-8")
+        server.terminate()
+        server.wait(timeout=30)
+    return statistics.median(latencies)
 
 
 def main():
@@ -63,6 +115,7 @@ def main():
             ["python3", "-m", "nox", "-s", "build"], cwd=ROOT, check=True, capture_output=True
         )  # brings .cache/labs up to date: the next are warm
         rows.append(("nox -s build, warm cache", wall(["python3", "-m", "nox", "-s", "build"])))
+        rows.append(("mkdocs serve, prose edit visible", serve_latency()))
         rows.append(("import torch, again", wall([PY, "-c", "import torch"], repeat=5)))
     finally:
         shutil.rmtree(cold_cache, ignore_errors=True)
