@@ -29,6 +29,7 @@ nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
 # Material prints a banner about its successor on every build; it is noise in our logs.
 os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
+os.environ.setdefault("DISABLE_MKDOCS_2_WARNING", "true")  # a plugin prints another one
 
 FENCE_ARGS = [
     "--markdown-docs",

@@ -13,7 +13,12 @@ BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own t
 
 def mkdocs_build(config, site_dir, cache_dir, timeout=BUILD_TIMEOUT):
     """`mkdocs build --strict` of `config` into `site_dir`, with labs cached in `cache_dir`."""
-    env = dict(os.environ, LAB_CACHE_DIR=str(cache_dir), NO_MKDOCS_2_WARNING="1")
+    env = dict(
+        os.environ,
+        LAB_CACHE_DIR=str(cache_dir),
+        NO_MKDOCS_2_WARNING="1",
+        DISABLE_MKDOCS_2_WARNING="true",
+    )
     return subprocess.run(
         [
             sys.executable,
