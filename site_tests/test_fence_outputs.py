@@ -21,7 +21,7 @@ PAGE = """\
 Some prose.
 
 ```python title="counted"
-with open(pathlib.Path({log!r}), "a") as log:
+with open({log!r}, "a") as log:
     log.write("ran\\n")
 print("seven times six is", 7 * 6)
 ```
