@@ -2,7 +2,7 @@
 
 The contract, on a throw-away site: what a fence prints appears under it; a prose edit reruns
 nothing; an edited fence or another torch reruns it; a failing fence fails the build with its
-own traceback. Then, on the real site: every chapter fence that runs shows its output.
+own traceback. Then, on the real site: every chapter fence that teaches shows its output.
 """
 
 import importlib.util
@@ -132,10 +132,22 @@ def test_the_key_covers_the_torch_version(monkeypatch):
     assert fence.key != key
 
 
-def python_fence_count(markdown):
-    """Fences the chapters' tests run: python fences that are not marked `fence: skip`."""
-    bodies = re.findall(r"^[ \t]*```python[^\n]*\n(.*?)^[ \t]*```", markdown, re.S | re.M)
+def teaching_fence_count(markdown):
+    """Fences a reader follows: top-level python fences that run (not `fence: skip`).
+
+    Checks in a folded "How we know" block prove a claim; they need not print anything.
+    """
+    bodies = re.findall(r"^```python[^\n]*\n(.*?)^```", markdown, re.S | re.M)
     return sum(1 for body in bodies if "# fence: skip" not in body.split("\n", 1)[0])
+
+
+def outside_folds(markup):
+    """The page without its <details> folds (innermost first, so nesting is handled)."""
+    while True:
+        stripped = re.sub(r"<details[^>]*>(?:(?!<details).)*?</details>", "", markup, flags=re.S)
+        if stripped == markup:
+            return markup
+        markup = stripped
 
 
 @pytest.mark.parametrize(
@@ -145,8 +157,8 @@ def test_every_chapter_fence_shows_its_output(built_site, chapter):
     site, _ = built_site
     source = (ROOT / "docs" / "chapters" / f"{chapter}.md").read_text(encoding="utf-8")
     markup = (site / "chapters" / chapter / "index.html").read_text(encoding="utf-8")
-    shown = [block for block in outputs(markup) if block.strip()]
-    assert len(shown) == python_fence_count(source), (
-        f"{chapter}: {python_fence_count(source)} fences run, {len(shown)} show output; "
+    shown = [block for block in outputs(outside_folds(markup)) if block.strip()]
+    assert len(shown) == teaching_fence_count(source), (
+        f"{chapter}: {teaching_fence_count(source)} fences teach, {len(shown)} show output; "
         "a fence that teaches prints what it shows"
     )
