@@ -12,8 +12,20 @@ the site's Python, which is also the Python the fences are tested with.
 import contextlib
 import io
 import json
+import re
 import sys
 import traceback
+
+# A fence whose first line is `# fence: skip (REASON)` is shown but never run, here or by the
+# fence tests (site_tests/fence_plugin.py uses this rule too).
+SKIP_LINE = re.compile(r"#\s*fence:\s*skip\s*\((?P<reason>[^)]+)\)")
+
+
+def skip_reason(code):
+    """The reason a fence gives for not running, or None if it runs."""
+    first = code.lstrip("\n").splitlines()[0] if code.strip() else ""
+    skip = SKIP_LINE.match(first.strip())
+    return skip["reason"] if skip else None
 
 
 def run_fence(code, name):

@@ -31,13 +31,13 @@ import tempfile
 from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import fencerunner  # noqa: E402
 import labrunner  # noqa: E402
 
 RUNNER = pathlib.Path(__file__).with_name("fencerunner.py")
 PAGE_TIMEOUT_S = 180  # all of one page's uncached fences, torch import included
 OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 PYTHON_INFO = re.compile(r"^(?:python3?|py)\b")
-SKIP_LINE = re.compile(r"^#\s*fence:\s*skip\s*\(")
 WARNINGS_AS_ERRORS = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
 
 
@@ -55,7 +55,7 @@ class Fence:
 
     @property
     def skipped(self):
-        return bool(SKIP_LINE.match(self.code.lstrip()))
+        return fencerunner.skip_reason(self.code) is not None
 
 
 def python_fences(lines):

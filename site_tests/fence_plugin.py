@@ -29,7 +29,8 @@ import pytest
 from markdown_it import MarkdownIt
 from mdit_py_plugins.admon import admon_plugin
 
-SKIP_LINE = re.compile(r"#\s*fence:\s*skip\s*\((?P<reason>[^)]+)\)")
+from hooks.fencerunner import skip_reason
+
 MAIN_GUARD = re.compile(r"^\s*if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
 # A content tab header followed (after any blank lines) by an indented python fence.
 FENCE_IN_TAB = re.compile(
@@ -117,10 +118,8 @@ def pytest_collection_modifyitems(config, items):
                 f"{item.nodeid}: a fence body under `if __name__ == '__main__':` never runs "
                 "under pytest-markdown-docs; put it at top level"
             )
-        first = code.lstrip("\n").splitlines()[0] if code.strip() else ""
-        skip = SKIP_LINE.match(first.strip())
-        if skip:
-            item.add_marker(pytest.mark.skip(reason=skip.group("reason")))
+        if reason := skip_reason(code):
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 # ---------------------------------------------------------------------------------------------
