@@ -19,6 +19,9 @@ A run declared with `recorded: PATH` is never started by the build: PATH is a re
 another machine by `python hooks/labrunner.py record NAME` (the NCCL lab needs GPUs), committed
 with the sources. The views in lab_views.py turn a record into Markdown and figures.
 
+A page that embeds runs' output may also index the errors they printed, with
+`<!-- errors: PATTERN -->` markers (see error_index.py).
+
 The cache directory can be moved with LAB_CACHE_DIR (the tests build with an empty one).
 """
 
@@ -26,11 +29,13 @@ import pathlib
 import re
 import sys
 
+from markdown.extensions.toc import slugify as default_slugify
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 # mkdocs loads this file by path: make its siblings importable.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import error_index  # noqa: E402
 import figure_views  # noqa: E402,F401  (registers the ring and overlap views)
 import lab_views  # noqa: E402
 import labrunner  # noqa: E402
@@ -73,6 +78,9 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
+    slugify = (config.mdx_configs.get("toc") or {}).get("slugify", default_slugify)
+    markdown = error_index.render(markdown, RECORDS, slugify, page.file.src_uri)
+
     def replace(match):
         name, view = match["run"], match["view"]
         if name not in RUNS:

@@ -4,6 +4,10 @@ Every page loads Material's whole search index when it opens, so the index count
 page's weight. Code blocks (the fences, their printed output, the lab sources) were 100 KB of
 its 265 KB; what they name is also named in the prose around them, which search still finds.
 Material's search leaves out any element carrying `data-search-exclude`.
+
+The failure gallery's error index (hooks/error_index.py) is the exception: its blocks carry the
+class `error-message`, which this pattern does not match, because a reader pastes exactly those
+messages into the search.
 """
 
 import re

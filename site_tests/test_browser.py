@@ -18,6 +18,7 @@ every page at both widths go to site_tests/artifacts/ (ignored by git) for a per
 
 import ast
 import contextlib
+import html
 import io
 import json
 import math
@@ -705,6 +706,38 @@ def test_search_finds_no_sync(visit):
     ]
     assert any("chapters/" in link for link in links), links
     assert "no_sync" in home.locator(".md-search-result").inner_text()
+
+
+def error_index(site):
+    """(messages, section anchors) of the gallery's error index, as the build wrote them."""
+    markup = (site / "failures" / "index.html").read_text(encoding="utf-8")
+    part = markup.split('id="find-your-error-message"', 1)[1].split("<h2 ", 1)[0]
+    blocks = re.findall(r'<div class="error-message highlight"><pre>(.*?)</pre>', part, re.S)
+    lines = (html.unescape(re.sub(r"<[^>]+>", "", block)).splitlines() for block in blocks)
+    messages = dict.fromkeys(line for block in lines for line in block if line.strip())
+    return list(messages), re.findall(r'<h3 id="([^"]+)"', part)
+
+
+def test_a_pasted_error_finds_its_gallery_section_first(visit, site_build):
+    messages, anchors = error_index(site_build[0])
+    assert len(messages) >= 8 and len(anchors) >= 8, (messages, anchors)
+    home = visit("").page
+    open_search(home)
+    box = home.locator("input.md-search__input")
+    results = home.locator(".md-search-result__item")
+    missed = {}
+    for message in messages:
+        box.fill("")
+        box.press("End")
+        results.first.wait_for(state="detached", timeout=10_000)
+        box.fill(message)  # pasted whole; Material searches when the key of the paste is let go
+        box.press("End")
+        results.first.wait_for(timeout=30_000)  # the worker indexes the site on first use
+        # the first page found, then its best sections: the best must be the message's own
+        page, best, *_ = [a.get_attribute("href") for a in results.first.locator("a").all()]
+        if urlsplit(page).path != "/failures/" or urlsplit(best).fragment not in anchors:
+            missed[message] = (page, best)
+    assert not missed, missed
 
 
 def scaling_fence():

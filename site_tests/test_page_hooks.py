@@ -1,13 +1,15 @@
-"""The two small page hooks: math typeset at build time, code kept out of the search index.
+"""The small page hooks: math typeset at build time, code kept out of the search index, the
+failure gallery's index of error messages.
 
-They run on a page's HTML alone, so they are tested here on HTML strings; the built site's
-pages are checked in a browser by test_browser.py (typeset math, page weight).
+They run on a page's HTML or Markdown alone, so they are tested here on strings; the built
+site's pages are checked in a browser by test_browser.py (typeset math, page weight, search).
 """
 
 import importlib.util
 import types
 
 import pytest
+from markdown.extensions.toc import slugify
 from mkdocs.exceptions import PluginError
 
 from site_tests.conftest import ROOT
@@ -55,3 +57,81 @@ def test_code_blocks_are_kept_out_of_search():
     done = search_scope.on_page_content(page, page=PAGE, config=None, files=None)
     assert '<div class="highlight" data-search-exclude><pre>' in done
     assert "<p>prose</p>" in done
+
+    # ... except the gallery's error messages, which a reader pastes into the search
+    message = '<div class="error-message highlight"><pre><code>RuntimeError: x</code></pre></div>'
+    assert search_scope.on_page_content(message, page=PAGE, config=None, files=None) == message
+
+
+# ---------------------------------------------------------------------------------------------
+# The failure gallery's error index (hooks/error_index.py)
+# ---------------------------------------------------------------------------------------------
+RANK_LINES = """\
+  rank 0  RuntimeError: [/src/gloo/unbound_buffer.cc:78] Timed out waiting 2000ms for recv
+  rank 1  died, killed by SIGABRT: [enforce fail at pair.cc:464] Received data size doesn't
+  rank 1  returned sum [1.0, 2.0, 2.0] (no Error: here, and not an error either)
+    ValueError: SyncBatchNorm layers only work with GPU modules
+"""
+GALLERY = """\
+## 1. A collective inside `if rank == 0:`
+
+<!-- lab:fail-a:stdout -->
+
+## Find your error message
+
+### Timed out waiting for recv
+
+<!-- errors: Timed out waiting * for recv -->
+
+### Received data size doesn't match
+
+<!-- errors: Received data size doesn't -->
+
+### SyncBatchNorm
+
+<!-- errors: SyncBatchNorm * GPU -->
+"""
+
+
+def index_errors(markdown, stdout=RANK_LINES):
+    records = {"fail-a": {"stdout": stdout}}
+    return hook("error_index").render(markdown, records, slugify, "failures.md")
+
+
+def test_errors_are_read_from_what_the_ranks_printed():
+    assert hook("error_index").errors_in(RANK_LINES) == [
+        "RuntimeError: [/src/gloo/unbound_buffer.cc:78] Timed out waiting 2000ms for recv",
+        "[enforce fail at pair.cc:464] Received data size doesn't",
+        "ValueError: SyncBatchNorm layers only work with GPU modules",
+    ]
+
+
+def test_each_error_is_shown_verbatim_under_its_section_with_a_link_to_its_case():
+    page = index_errors(GALLERY)
+    assert "<!-- errors" not in page
+    link = "Printed in [1. A collective inside `if rank == 0:`](#1-a-collective-inside-if-rank-0)."
+    assert page.count(link) == 3
+    recv = page.split("### Timed out waiting for recv", 1)[1].split("###", 1)[0]
+    assert "```{.text .error-message}\nRuntimeError: [/src/gloo/unbound_buffer.cc:78] " in recv
+    assert "Received data size" not in recv
+
+
+def test_an_error_no_section_names_fails_the_build():
+    unnamed = GALLERY.replace("<!-- errors: SyncBatchNorm * GPU -->", "")
+    with pytest.raises(PluginError, match=r"no `<!-- errors: ... -->` marker .*\n.*SyncBatchNorm"):
+        index_errors(unnamed)
+
+
+def test_a_section_whose_error_was_not_printed_fails_the_build_unless_it_is_sometimes():
+    stale = GALLERY + "\n### Gone\n\n<!-- errors: Connection closed by peer -->\n"
+    with pytest.raises(PluginError, match="no run on this page printed .*Connection closed"):
+        index_errors(stale)
+    sometimes = stale.replace("errors:", "errors-sometimes:").replace(
+        "errors-sometimes: Timed", "errors: Timed"
+    )
+    assert "None of the runs behind this page printed it" in index_errors(sometimes)
+
+
+def test_a_page_without_an_error_index_is_left_alone():
+    plain = "## 1. Case\n\n<!-- lab:fail-a:stdout -->\n"
+    assert index_errors(plain) == plain
