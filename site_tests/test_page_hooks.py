@@ -1,11 +1,13 @@
-"""The small page hooks: math typeset at build time, code kept out of the search index, the
-failure gallery's index of error messages.
+"""The small page hooks: math typeset at build time, code kept out of the search index, code
+without its invisible spans, the failure gallery's index of error messages.
 
 They run on a page's HTML or Markdown alone, so they are tested here on strings; the built
 site's pages are checked in a browser by test_browser.py (typeset math, page weight, search).
 """
 
 import importlib.util
+import pathlib
+import re
 import types
 
 import pytest
@@ -61,6 +63,59 @@ def test_code_blocks_are_kept_out_of_search():
     # ... except the gallery's error messages, which a reader pastes into the search
     message = '<div class="error-message highlight"><pre><code>RuntimeError: x</code></pre></div>'
     assert search_scope.on_page_content(message, page=PAGE, config=None, files=None) == message
+
+
+# ---------------------------------------------------------------------------------------------
+# Code blocks without the spans that change nothing (hooks/lean_code.py)
+# ---------------------------------------------------------------------------------------------
+HIGHLIGHTED = (
+    '<div class="language-python highlight"><pre><span></span><code>'
+    '<span class="kn">import</span><span class="w"> </span><span class="nn">torch</span>\n'
+    '<span class="n">x</span> <span class="o">=</span> <span class="n">torch</span>'
+    '<span class="o">.</span><span class="n">ones</span><span class="p">(</span>'
+    '<span class="mi">2</span><span class="p">)</span>\n</code></pre></div>'
+)
+
+
+def lean(content):
+    return hook("lean_code").on_page_content(content, page=PAGE, config=None, files=None)
+
+
+def text_of(markup):
+    return re.sub(r"<[^>]+>", "", markup)
+
+
+def test_names_and_spaces_lose_their_spans_and_nothing_else_changes():
+    page = '<p>A <span class="n">span</span> in prose stays.</p>' + HIGHLIGHTED
+    done = lean(page)
+    assert text_of(done) == text_of(page)
+    assert 'class="n"' not in done.split("<div", 1)[1] and 'class="w"' not in done
+    assert done.count("<span") == page.count("<span") - 4  # three names, one space
+    for kept in ("kn", "nn", "o", "p", "mi"):
+        assert f'<span class="{kept}">' in done
+    assert '<span class="n">span</span> in prose' in done
+
+
+def test_a_notebook_cell_keeps_its_own_classes():
+    cell = '<div class="highlight-ipynb hl-python"><pre><span class="n">x</span></pre></div>'
+    assert lean(cell) == cell
+
+
+def test_material_still_styles_names_as_plain_code_and_spaces_not_at_all():
+    """The hook is right only while this holds; a Material update that colours names breaks it."""
+    (material,) = importlib.util.find_spec("material").submodule_search_locations
+    sheets = pathlib.Path(material) / "templates" / "assets" / "stylesheets"
+    (main,) = sheets.glob("main.*.min.css")
+    (palette,) = sheets.glob("palette.*.min.css")
+    for sheet in (main, palette):
+        css = sheet.read_text(encoding="utf-8")
+        names = re.findall(r"--md-code-hl-name-color:\s*([^;}]+)", css)
+        assert names and set(names) == {"var(--md-code-fg-color)"}, (sheet.name, names)
+    main_css = main.read_text(encoding="utf-8")
+    assert re.search(r"\.highlight \.n[,{]", main_css), "names are no longer styled as code"
+    assert not re.search(r"\.highlight \.w[,{ ]", main_css), "Material now styles whitespace"
+    ours = (ROOT / "docs" / "assets" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert "--md-code-hl-name-color" not in ours and not re.search(r"\.highlight \.[nw]\b", ours)
 
 
 # ---------------------------------------------------------------------------------------------
