@@ -71,7 +71,10 @@ KNOWN_SHORTFALLS = {
         "notebooks/ddp-from-a-notebook/": "mkdocs-jupyter inlines 595 KB of JupyterLab CSS",
     },
     "performance": {
-        page: "Material's main-thread work on a long page (total blocking time 0.5-3.5 s)"
+        # Lighthouse's simulated phone replays this two-core machine's main thread slowed 4x:
+        # styling and laying out 1,700-7,800 elements and mounting Material's components
+        # (chapter 7 scores either about 0.78 or about 0.92 from one run to the next).
+        page: "Material's main-thread work on a long page (total blocking time 0.25-3 s)"
         for page in (
             "chapters/01-first-job/",
             "chapters/02-collectives/",
@@ -79,6 +82,7 @@ KNOWN_SHORTFALLS = {
             "chapters/04-caveats/",
             "chapters/05-launching/",
             "chapters/06-debugging/",
+            "chapters/07-scaling/",
             "failures/",
             "labs/26-ddp-gloo/",
             "labs/26-ddp-nccl/",
