@@ -18,6 +18,9 @@ import sys
 
 import nox
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from hooks.fencerunner import WARNINGS_AS_ERRORS  # noqa: E402  (one home for the flags)
+
 ROOT = pathlib.Path(__file__).parent
 REQUIREMENTS = ROOT / "requirements.txt"
 VENVS = pathlib.Path(
@@ -31,14 +34,7 @@ nox.options.sessions = ["tests"]
 os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")
 os.environ.setdefault("DISABLE_MKDOCS_2_WARNING", "true")  # a plugin prints another one
 
-FENCE_ARGS = [
-    "--markdown-docs",
-    # Deprecated torch APIs on a page fail the fences instead of rotting quietly.
-    "-W",
-    "error::FutureWarning",
-    "-W",
-    "error::DeprecationWarning",
-]
+FENCE_ARGS = ["--markdown-docs", *WARNINGS_AS_ERRORS]
 
 
 def shared_venv(session, torch_version=PINNED_TORCH):

@@ -16,6 +16,10 @@ import re
 import sys
 import traceback
 
+# The interpreter flags every fence runs under, at build time and in the tests: a deprecated
+# torch API on a page fails it, instead of rotting quietly.
+WARNINGS_AS_ERRORS = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
+
 # A fence whose first line is `# fence: skip (REASON)` is shown but never run, here or by the
 # fence tests (site_tests/fence_plugin.py uses this rule too).
 SKIP_LINE = re.compile(r"#\s*fence:\s*skip\s*\((?P<reason>[^)]+)\)")

@@ -13,7 +13,8 @@ it printed. For each page:
 
 Results live in `.cache/labs/fences/KEY.json` (beside the labs' cache, moved with it by
 LAB_CACHE_DIR), so a prose edit under `mkdocs serve` reruns nothing. A fence whose first line is
-`# fence: skip (reason)` is not run, here or in the tests.
+`# fence: skip (reason)` is not run, here or in the tests, and the reader sees it without that
+line: the page's prose says why it does not run.
 
 This hook must come before hooks/labs.py in mkdocs.yml: the labs' views add python blocks of
 their own (lab sources), which are shown, not run.
@@ -38,7 +39,6 @@ RUNNER = pathlib.Path(__file__).with_name("fencerunner.py")
 PAGE_TIMEOUT_S = 180  # all of one page's uncached fences, torch import included
 OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 PYTHON_INFO = re.compile(r"^(?:python3?|py)\b")
-WARNINGS_AS_ERRORS = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
 
 
 class Fence:
@@ -92,7 +92,13 @@ def run_uncached(fences, page, config):
         jobs, results = pathlib.Path(scratch) / "jobs.json", pathlib.Path(scratch) / "out.json"
         ids = {f"{page.file.src_uri}:{f.line}": f for f in todo}
         jobs.write_text(json.dumps([{"id": i, "code": f.code} for i, f in ids.items()]))
-        command = [sys.executable, *WARNINGS_AS_ERRORS, str(RUNNER), str(jobs), str(results)]
+        command = [
+            sys.executable,
+            *fencerunner.WARNINGS_AS_ERRORS,
+            str(RUNNER),
+            str(jobs),
+            str(results),
+        ]
         try:
             subprocess.run(command, cwd=root, timeout=PAGE_TIMEOUT_S, check=True)
         except (subprocess.SubprocessError, OSError) as error:
@@ -122,6 +128,8 @@ def on_page_markdown(markdown, page, config, files):
     folder = cache_folder(config)
     for fence in reversed(fences):  # from the bottom, so earlier line numbers stay valid
         if fence.skipped:
+            first = next(i for i in range(fence.line, fence.end) if lines[i].strip())
+            del lines[first]  # the skip marker is for the runners, not for the reader
             continue
         stdout = json.loads((folder / f"{fence.key}.json").read_text())["stdout"]
         if stdout.strip():

@@ -93,6 +93,7 @@ def test_output_appears_under_its_fence_and_only_where_something_printed(demo):
     details = re.search(r"<details.*?</details>", html(), re.S).group(0)
     assert "inside the fold" in "".join(outputs(details)), "the output stays inside the fold"
     assert "a skipped fence ran" in html(), "the skipped fence is still shown"
+    assert "fence: skip" not in html(), "without the marker, which is for the runners"
     assert runs() == 1
 
 

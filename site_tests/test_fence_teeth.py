@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from hooks.fencerunner import WARNINGS_AS_ERRORS
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "docs" / "chapters").glob("*.md"))
 # One process runs every original and mutant (about 60 fences): seconds on an idle machine,
@@ -206,10 +208,7 @@ def runs(tmp_path_factory):
     jobs_file.write_text(json.dumps(build_jobs()))
     command = [
         sys.executable,
-        "-W",
-        "error::FutureWarning",
-        "-W",
-        "error::DeprecationWarning",
+        *WARNINGS_AS_ERRORS,
         "-c",
         RUNNER,
         str(jobs_file),
