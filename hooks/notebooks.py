@@ -12,7 +12,12 @@ defaults to true. So mkdocs-jupyter is configured with `execute: false`, and thi
 3. trims each traceback in the executed copy to its last line (the message is the lesson;
    the frames are noise, and no page may show a traceback, see labs.py's on_post_build);
 4. stores the executed copy in the lab cache and points mkdocs-jupyter's page at it, so the
-   page and its download are the notebook as it ran.
+   page and its download are the notebook as it ran;
+5. keeps, of the JupyterLab stylesheet mkdocs-jupyter inlines in the page (575 KB, for every
+   widget JupyterLab has), only the rules that can match the page: a rule whose selectors all
+   need a class no element of the notebook carries is dropped. No script adds JupyterLab
+   classes later (mkdocs-jupyter's only script is its copy button), so what is dropped could
+   never apply.
 """
 
 import contextlib
@@ -22,10 +27,13 @@ import logging
 import os
 import pathlib
 import platform
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+
+import tinycss2
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CELL_TIMEOUT_S = 120
@@ -96,6 +104,53 @@ def on_files(files, config):
         if file.src_uri.endswith(".ipynb"):
             file.abs_src_path = str(executed_copy(pathlib.Path(file.abs_src_path), cache))
     return files
+
+
+def on_page_content(content, page, config, files):
+    if not page.file.src_uri.endswith(".ipynb"):
+        return content
+    classes = {name for names in CLASS_ATTRIBUTE.findall(content) for name in names.split()}
+    return STYLE_BLOCK.sub(lambda m: m["open"] + used_css(m["css"], classes) + m["close"], content)
+
+
+STYLE_BLOCK = re.compile(r"(?P<open><style[^>]*>)(?P<css>.*?)(?P<close></style>)", re.S)
+CLASS_ATTRIBUTE = re.compile(r'class="([^"]*)"')
+
+
+def used_css(css, classes):
+    """The rules of `css` that can match an element carrying only `classes`."""
+
+    def kept(rule):
+        if rule.type == "error":  # a browser drops what it cannot parse, and so do we
+            return ""
+        if rule.type == "qualified-rule":
+            return tinycss2.serialize([rule]) if may_match(rule.prelude, classes) else ""
+        if rule.type == "at-rule" and rule.lower_at_keyword in ("media", "supports"):
+            inner = "".join(map(kept, parse(rule.content or [])))
+            prelude = tinycss2.serialize(rule.prelude)
+            return f"@{rule.at_keyword}{prelude}{{{inner}}}" if inner else ""
+        return tinycss2.serialize([rule])  # @font-face, @keyframes, ... as they are
+
+    def parse(tokens):
+        return tinycss2.parse_blocks_contents(tokens, skip_comments=True, skip_whitespace=True)
+
+    rules = tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True)
+    return "".join(map(kept, rules))
+
+
+def may_match(prelude, classes):
+    """False only if every selector of `prelude` (tokens) needs a class not in `classes`."""
+    needed, selectors = set(), []
+    for previous, token in zip([None, *prelude], prelude, strict=False):
+        if token.type == "literal" and token.value == ",":
+            selectors.append(needed)
+            needed = set()
+        elif token.type == "ident" and previous is not None and previous == ".":
+            # `.name`. The classes inside :not(), :is(), :has() ... are conditions or
+            # alternatives, not requirements: those are function tokens, skipped whole.
+            needed.add(token.value)
+    selectors.append(needed)
+    return any(required <= classes for required in selectors)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,3 +190,46 @@ def test_a_section_whose_error_was_not_printed_fails_the_build_unless_it_is_some
 def test_a_page_without_an_error_index_is_left_alone():
     plain = "## 1. Case\n\n<!-- lab:fail-a:stdout -->\n"
     assert index_errors(plain) == plain
+
+
+# ---------------------------------------------------------------------------------------------
+# A notebook page keeps only the JupyterLab CSS that can match it (hooks/notebooks.py)
+# ---------------------------------------------------------------------------------------------
+def used(css, classes):
+    return hook("notebooks").used_css(css, set(classes))
+
+
+def test_a_rule_that_needs_a_class_no_element_has_is_dropped():
+    css = ".jp-Launcher { color: red } .jp-Cell .jp-InputArea { margin: 0 } pre { tab-size: 4 }"
+    kept = used(css, {"jp-Cell", "jp-InputArea"})
+    assert "jp-Launcher" not in kept
+    assert ".jp-Cell .jp-InputArea" in kept and "pre" in kept  # no class needed: kept
+
+
+def test_a_rule_is_kept_when_any_of_its_selectors_can_match():
+    assert ".jp-Terminal, .jp-Cell" in used(".jp-Terminal, .jp-Cell { color: red }", {"jp-Cell"})
+
+
+def test_classes_that_are_conditions_or_alternatives_do_not_drop_a_rule():
+    css = (
+        ".jp-Cell:not(.jp-mod-dropSource, .jp-mod-active) { a: 1 }"
+        ":is(.jp-Gone, .jp-Cell) { b: 2 }"
+        ":root { --jp-ui-font-size1: 13px }"
+    )
+    kept = used(css, {"jp-Cell"})
+    assert "a: 1" in kept and "b: 2" in kept and "--jp-ui-font-size1" in kept
+
+
+def test_media_blocks_are_filtered_inside_and_dropped_when_empty():
+    css = (
+        "@media (max-width: 760px) { .jp-Cell { a: 1 } .jp-Dialog { b: 2 } }"
+        "@media print { .jp-Toolbar { c: 3 } }"
+        "@font-face { font-family: X; src: url(x.woff2) }"
+    )
+    kept = used(css, {"jp-Cell"})
+    assert "a: 1" in kept and "b: 2" not in kept and "@media print" not in kept
+    assert "@font-face" in kept
+
+
+def test_what_a_browser_cannot_parse_is_dropped():
+    assert used(".jp-Cell { a: 1 } } stray", {"jp-Cell"}).strip() == ".jp-Cell { a: 1 }"
