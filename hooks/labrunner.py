@@ -119,6 +119,12 @@ class LabRun:
 
 def project_imports(path, root):
     """Modules of this project that `path` imports: siblings, or modules in code/."""
+    stat = path.stat()  # a file edited under `mkdocs serve` is parsed again
+    return imports_of(path, root, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def imports_of(path, root, mtime_ns, size):
     tree = ast.parse(path.read_bytes(), filename=str(path))
     names = set()
     for node in ast.walk(tree):
@@ -136,8 +142,10 @@ def project_imports(path, root):
     return found
 
 
+@functools.cache
 def installed_torch():
-    """torch's version without importing torch (an import costs seconds; metadata costs none)."""
+    """torch's version without importing torch (an import costs seconds; metadata costs none,
+    but a build asks a hundred times)."""
     return importlib.metadata.version("torch")
 
 
