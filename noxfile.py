@@ -18,10 +18,10 @@ import sys
 
 import nox
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
+ROOT = pathlib.Path(__file__).parent
+sys.path.insert(0, str(ROOT))
 from hooks.fencerunner import WARNINGS_AS_ERRORS  # noqa: E402  (one home for the flags)
 
-ROOT = pathlib.Path(__file__).parent
 REQUIREMENTS = ROOT / "requirements.txt"
 VENVS = pathlib.Path(
     os.environ.get("DDP_COURSE_VENVS", pathlib.Path.home() / ".cache" / "ddp-course" / "venvs")

@@ -21,10 +21,10 @@ written `<!-- errors-sometimes: ... -->`: a message that depends on which rank g
 import re
 import textwrap
 
+from lab_views import MARKER as LAB_MARKER
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"^<!-- errors(?P<sometimes>-sometimes)?: (?P<pattern>.+?) -->$", re.M)
-STDOUT_MARKER = re.compile(r"^<!-- lab:(?P<run>[\w-]+):stdout -->$", re.M)
 HEADING = re.compile(r"^## (?P<title>.+)$", re.M)
 # An error in a run's output: from the exception's name, or what follows the signal that
 # killed a rank, to the end of the line (the gallery prints each message on one line).
@@ -46,7 +46,9 @@ def matcher(pattern):
 def printing_sections(markdown, slugify):
     """{run name: (section title, anchor)} for each run whose output the page embeds."""
     sections = {}
-    for match in STDOUT_MARKER.finditer(markdown):
+    for match in LAB_MARKER.finditer(markdown):
+        if match["view"] != "stdout":
+            continue
         headings = list(HEADING.finditer(markdown, 0, match.start()))
         if not headings:
             raise PluginError(f"the output of {match['run']} sits under no `## ` heading")
@@ -65,8 +67,9 @@ def render(markdown, records, slugify, page_uri):
 
     def replace(marker):
         found = matcher(marker["pattern"])
-        runs = [run for run in sections if any(found.search(m) for m in printed[run])]
-        messages = [m for run in runs for m in printed[run] if found.search(m)]
+        matched = {run: [m for m in printed[run] if found.search(m)] for run in sections}
+        runs = [run for run, messages in matched.items() if messages]
+        messages = [m for run in runs for m in matched[run]]
         indexed.update(messages)
         if not runs:
             if marker["sometimes"]:

@@ -13,6 +13,9 @@ import re
 
 from mkdocs.exceptions import PluginError
 
+# Where a page embeds a view: on a line of its own. hooks/labs.py replaces each one;
+# hooks/error_index.py finds the runs whose output (view `stdout`) a page shows.
+MARKER = re.compile(r"^<!-- lab:(?P<run>[\w-]+):(?P<view>[\w-]+) -->$", re.MULTILINE)
 VIEWS = {}
 
 

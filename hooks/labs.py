@@ -26,7 +26,6 @@ The cache directory can be moved with LAB_CACHE_DIR (the tests build with an emp
 """
 
 import pathlib
-import re
 import sys
 
 from markdown.extensions.toc import slugify as default_slugify
@@ -41,7 +40,6 @@ import lab_views  # noqa: E402
 import labrunner  # noqa: E402
 import two_nodes_views  # noqa: E402,F401  (registers the two-node lab's views)
 
-MARKER = re.compile(r"^<!-- lab:(?P<run>[\w-]+):(?P<view>[\w-]+) -->$", re.MULTILINE)
 RUNS = {}
 RECORDS = {}
 
@@ -90,7 +88,7 @@ def on_page_markdown(markdown, page, config, files):
         )
         return lab_views.render(view, context)
 
-    return MARKER.sub(replace, markdown)
+    return lab_views.MARKER.sub(replace, markdown)
 
 
 def on_post_build(config):

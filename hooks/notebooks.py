@@ -94,16 +94,25 @@ def fail(notebook, what, output):
     raise PluginError(f"notebook {notebook.name} {what}:\n{tail}")
 
 
-def on_files(files, config):
-    """Point mkdocs-jupyter at the executed copy of each notebook in docs/."""
+def notebook_cache():
+    """Where executed notebooks and their trimmed stylesheets are kept: in the lab cache."""
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     import labrunner
 
-    cache = labrunner.cache_root(ROOT) / "notebooks"
+    return labrunner.cache_root(ROOT) / "notebooks"
+
+
+def on_files(files, config):
+    """Point mkdocs-jupyter at the executed copy of each notebook in docs/."""
+    cache = notebook_cache()
     for file in files:
         if file.src_uri.endswith(".ipynb"):
             file.abs_src_path = str(executed_copy(pathlib.Path(file.abs_src_path), cache))
     return files
+
+
+STYLE_BLOCK = re.compile(r"(?P<open><style[^>]*>)(?P<css>.*?)(?P<close></style>)", re.S)
+CLASS_ATTRIBUTE = re.compile(r'class="([^"]*)"')
 
 
 def on_page_content(content, page, config, files):
@@ -118,19 +127,12 @@ def on_page_content(content, page, config, files):
 def cached_used_css(css, classes):
     """used_css, from the lab cache when this stylesheet and these classes were seen before:
     parsing 575 KB of CSS would add a quarter of a second to every rebuild under serve."""
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    import labrunner
-
     key = hashlib.sha256("\0".join([css, *sorted(classes)]).encode()).hexdigest()[:20]
-    cached = labrunner.cache_root(ROOT) / "notebooks" / f"css-{key}.css"
+    cached = notebook_cache() / f"css-{key}.css"
     if not cached.is_file():
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_text(used_css(css, classes), encoding="utf-8")
     return cached.read_text(encoding="utf-8")
-
-
-STYLE_BLOCK = re.compile(r"(?P<open><style[^>]*>)(?P<css>.*?)(?P<close></style>)", re.S)
-CLASS_ATTRIBUTE = re.compile(r'class="([^"]*)"')
 
 
 def used_css(css, classes):

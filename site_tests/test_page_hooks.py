@@ -8,6 +8,7 @@ site's pages are checked in a browser by test_browser.py (typeset math, page wei
 import importlib.util
 import pathlib
 import re
+import sys
 import types
 
 import pytest
@@ -18,6 +19,9 @@ from site_tests.conftest import ROOT
 
 
 def hook(name):
+    """A fresh copy of hooks/NAME.py, able to import its siblings as it does under mkdocs."""
+    if str(ROOT / "hooks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "hooks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -470,10 +470,12 @@ def test_nccl_views_render_a_gpu_record(built_site):
 # ---------------------------------------------------------------------------------------------
 def gallery_errors(cache):
     """{run name: its error messages} for this build's failure-gallery runs."""
-    spec = importlib.util.spec_from_file_location("error_index", ROOT / "hooks" / "error_index.py")
-    error_index = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(error_index)
-    names = re.findall(r"^<!-- lab:(fail-[\w-]+):stdout -->$", page_source("failures.md"), re.M)
+    sys.path.insert(0, str(ROOT / "hooks"))
+    import error_index
+    import lab_views
+
+    markers = lab_views.MARKER.finditer(page_source("failures.md"))
+    names = [m["run"] for m in markers if m["view"] == "stdout"]
     return {name: error_index.errors_in(record(cache, name)["stdout"]) for name in names}
 
 
