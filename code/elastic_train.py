@@ -55,7 +55,10 @@ def parse_args():
 def report(event, **fields):
     """One machine-readable line; the wall clock lets the launcher line up the nodes."""
     line = {"event": event, "rank": int(os.environ["RANK"]), "t": time.time()}
-    print("@@ " + json.dumps({**line, **fields}), flush=True)
+    # The ranks of a node share one log. print() writes the text and its newline in two
+    # calls, so another rank's line can land between them; one write keeps lines whole.
+    sys.stdout.write("@@ " + json.dumps({**line, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 def data_set():

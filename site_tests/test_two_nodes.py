@@ -9,6 +9,8 @@ completes, SIGTERM and SIGKILL mid-run; after each, no namespace, veth, process 
 that run is left. Anywhere: bad input and a missing root are refused in one line, status 2.
 """
 
+import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -24,6 +26,7 @@ import pytest
 from site_tests.conftest import ROOT
 
 LAB = ROOT / "code" / "26_two_nodes.py"
+TRAINER = ROOT / "code" / "elastic_train.py"
 RUN_TIMEOUT = 300  # seconds: the lab stops itself at --deadline 240 (a busy machine)
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")
@@ -104,6 +107,35 @@ def test_not_root_is_one_line_status_2(torch_refuses):
     assert proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert "needs root" in line
+
+
+class WriteRecorder(io.StringIO):
+    """A stdout that remembers each write call: the unit the OS keeps whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def write(self, text):
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_a_rank_report_is_one_write(monkeypatch):
+    """The ranks of a node share a log, and the launcher parses it line by line. A report
+    made of two writes (text, then newline) let another rank's line in between: CI once
+    read two reports on one line and the lab failed."""
+    spec = importlib.util.spec_from_file_location("elastic_under_test", TRAINER)
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+    out = WriteRecorder()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setenv("RANK", "3")
+    trainer.report("step", step=2, loss=0.5)
+    (call,) = out.calls
+    assert call.startswith("@@ ") and call.endswith("\n") and call.count("\n") == 1
+    report = json.loads(call[3:])
+    assert (report["event"], report["rank"], report["step"]) == ("step", 3, 2)
 
 
 # ---------------------------------------------------------------------------------------------
