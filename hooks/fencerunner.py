@@ -17,8 +17,16 @@ import sys
 import traceback
 
 # The interpreter flags every fence runs under, at build time and in the tests: a deprecated
-# torch API on a page fails it, instead of rotting quietly.
-WARNINGS_AS_ERRORS = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
+# torch API on a page fails it, instead of rotting quietly, and so does a file or socket a
+# fence opens and never closes (a reader copies the leak along with the code).
+WARNINGS_AS_ERRORS = [
+    "-W",
+    "error::FutureWarning",
+    "-W",
+    "error::DeprecationWarning",
+    "-W",
+    "error::ResourceWarning",
+]
 
 # A fence whose first line is `# fence: skip (REASON)` is shown but never run, here or by the
 # fence tests (site_tests/fence_plugin.py uses this rule too).
@@ -35,11 +43,19 @@ def skip_reason(code):
 def run_fence(code, name):
     """Execute one fence; return (what it printed, its traceback or None)."""
     printed = io.StringIO()
+    # A ResourceWarning raised while a leaked file is freed cannot propagate: Python hands
+    # it to sys.unraisablehook and carries on. pytest fails the test on it, so we do too.
+    unraisable, sys.unraisablehook = [], lambda event: unraisable.append(event)
     try:
         with contextlib.redirect_stdout(printed):
             exec(compile(code, name, "exec"), {"__name__": "__fence__"})
     except BaseException:  # a fence that calls sys.exit() has failed too
         return printed.getvalue(), traceback.format_exc(limit=-8)
+    finally:
+        sys.unraisablehook = sys.__unraisablehook__
+    if unraisable:
+        first = unraisable[0].exc_value
+        return printed.getvalue(), f"{type(first).__name__}: {first}"
     return printed.getvalue(), None
 
 

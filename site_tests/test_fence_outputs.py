@@ -115,12 +115,19 @@ def test_a_failing_fence_fails_the_build_with_its_traceback(demo):
     assert "fence index.md:" in proc.stderr and "the claim is false" in proc.stderr
 
 
-def test_deprecations_fail_a_fence_as_they_do_in_the_tests(demo):
+@pytest.mark.parametrize(
+    "code, message",
+    [
+        ('import warnings; warnings.warn("old API", FutureWarning)', "FutureWarning: old API"),
+        ("import os; open(os.devnull).read()", "ResourceWarning: unclosed file"),
+    ],
+    ids=["deprecation", "leaked-file"],
+)
+def test_warnings_fail_a_fence_as_they_do_in_the_tests(demo, code, message):
     write, build, _, _ = demo
-    warning = 'import warnings; warnings.warn("old API", FutureWarning)'
-    write(PAGE.replace('print("inside the fold")', warning))
+    write(PAGE.replace('print("inside the fold")', code))
     proc = build()
-    assert proc.returncode != 0 and "FutureWarning: old API" in proc.stderr
+    assert proc.returncode != 0 and message in proc.stderr
 
 
 def test_the_key_covers_the_torch_version(monkeypatch):
