@@ -45,14 +45,15 @@ def run_fence(code, name):
     printed = io.StringIO()
     # A ResourceWarning raised while a leaked file is freed cannot propagate: Python hands
     # it to sys.unraisablehook and carries on. pytest fails the test on it, so we do too.
-    unraisable, sys.unraisablehook = [], lambda event: unraisable.append(event)
+    unraisable, previous_hook = [], sys.unraisablehook
+    sys.unraisablehook = unraisable.append
     try:
         with contextlib.redirect_stdout(printed):
             exec(compile(code, name, "exec"), {"__name__": "__fence__"})
     except BaseException:  # a fence that calls sys.exit() has failed too
         return printed.getvalue(), traceback.format_exc(limit=-8)
     finally:
-        sys.unraisablehook = sys.__unraisablehook__
+        sys.unraisablehook = previous_hook
     if unraisable:
         first = unraisable[0].exc_value
         return printed.getvalue(), f"{type(first).__name__}: {first}"

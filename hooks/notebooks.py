@@ -35,6 +35,10 @@ import tempfile
 
 import tinycss2
 
+# mkdocs loads this file by path: make its siblings importable.
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import labrunner  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CELL_TIMEOUT_S = 120
 NOTEBOOK_TIMEOUT_S = 300
@@ -46,12 +50,10 @@ LOG = logging.getLogger("mkdocs.hooks.notebooks")
 # Build side (MkDocs events)
 # ---------------------------------------------------------------------------------------------
 def cache_key(notebook):
-    import importlib.metadata
-
     digest = hashlib.sha256()
     for part in (notebook.read_bytes(), pathlib.Path(__file__).read_bytes()):
         digest.update(part + b"\0")
-    torch = importlib.metadata.version("torch")
+    torch = labrunner.installed_torch()
     digest.update(f"torch=={torch}\0python=={platform.python_version()}".encode())
     return digest.hexdigest()[:16]
 
@@ -96,9 +98,6 @@ def fail(notebook, what, output):
 
 def notebook_cache():
     """Where executed notebooks and their trimmed stylesheets are kept: in the lab cache."""
-    sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    import labrunner
-
     return labrunner.cache_root(ROOT) / "notebooks"
 
 
@@ -129,10 +128,12 @@ def cached_used_css(css, classes):
     parsing 575 KB of CSS would add a quarter of a second to every rebuild under serve."""
     key = hashlib.sha256("\0".join([css, *sorted(classes)]).encode()).hexdigest()[:20]
     cached = notebook_cache() / f"css-{key}.css"
-    if not cached.is_file():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(used_css(css, classes), encoding="utf-8")
-    return cached.read_text(encoding="utf-8")
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8")
+    kept = used_css(css, classes)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(kept, encoding="utf-8")
+    return kept
 
 
 def used_css(css, classes):
