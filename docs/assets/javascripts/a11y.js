@@ -4,7 +4,8 @@
 // - a task list's checkbox sits in an empty label: name it after its item's text;
 // - a code block, table or formula that scrolls sideways must take keyboard focus, or a
 //   keyboard cannot scroll it. Which ones scroll depends on the screen, so this is redone on
-//   every resize.
+//   every resize. A closed fold's blocks are measured when it opens: measuring one sooner makes
+//   the browser lay out the whole fold, the bulk of a long page's load on a phone.
 // Material adds annotation markers after load, so changes to the page are watched too.
 (() => {
   const SCROLLERS =
@@ -26,6 +27,7 @@
 
   function focusScrollers(root) {
     for (const element of root.querySelectorAll(SCROLLERS)) {
+      if (element.closest("details:not([open])")) continue;
       const scrolls = element.scrollWidth > element.clientWidth + 1;
       if (scrolls && !element.hasAttribute("tabindex")) {
         element.setAttribute("tabindex", "0");
@@ -37,6 +39,16 @@
     }
   }
 
+  // Material mounts a code block once it comes into view (content.lazy) and then makes it
+  // focusable only where the screen has hover, taking away what focusScrollers gave it.
+  function keepFocus(changes) {
+    for (const { target } of changes) {
+      if ("a11yFocus" in target.dataset && !target.hasAttribute("tabindex")) {
+        target.setAttribute("tabindex", "0");
+      }
+    }
+  }
+
   function fill(root) {
     nameAnnotations(root);
     nameCheckboxes(root);
@@ -44,9 +56,13 @@
   }
 
   const observer = new MutationObserver(() => nameAnnotations(document.body));
+  const focusKeeper = new MutationObserver(keepFocus);
   document$.subscribe(({ body }) => {
     fill(body);
     observer.observe(body, { childList: true, subtree: true });
+    focusKeeper.observe(body, { attributeFilter: ["tabindex"], subtree: true });
   });
   window.addEventListener("resize", () => focusScrollers(document.body));
+  // "toggle" does not bubble, so it is caught on its way down.
+  document.addEventListener("toggle", ({ target }) => target.open && focusScrollers(target), true);
 })();
