@@ -90,7 +90,7 @@ def stdout_view(context):
 
 @view("provenance")
 def provenance_view(context):
-    """One line a reader sees (torch, date, machine); the full table one click away."""
+    """One line a reader sees (torch, date, machine); every fact one click away."""
     record, env = context.record, context.result["env"]
     where = "recorded on another machine" if context.run.recorded else "run by this site's build"
     rows = [
@@ -111,7 +111,9 @@ def provenance_view(context):
             ),
             ("Driver, CUDA, NCCL", f"{gpu['driver']}, {gpu['cuda']}, {gpu['nccl']}"),
         ]
-    table = "\n".join(f"    | {label} | {value} |" for label, value in rows)
+    # A list of facts, not a table: Material rebuilds every table once the page has loaded,
+    # which makes a phone restyle the whole page once more.
+    facts = "\n\n".join(f"    {label}\n    :   {value}" for label, value in rows)
     line = (
         f"Ran with torch `{env['torch']}` on {machine(context.result)}, "
         f"{record['started_utc']} ({where})."
@@ -119,7 +121,7 @@ def provenance_view(context):
     return (
         f'<p class="lab-provenance" markdown="1">{line}</p>\n\n'
         '??? info "Provenance of this run"\n\n'
-        f"    | Fact | Value |\n    |---|---|\n{table}\n"
+        f"{facts}\n"
     )
 
 
