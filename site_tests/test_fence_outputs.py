@@ -170,3 +170,22 @@ def test_every_chapter_fence_shows_its_output(built_site, chapter):
         f"{chapter}: {teaching_fence_count(source)} fences teach, {len(shown)} show output; "
         "a fence that teaches prints what it shows"
     )
+
+
+ANNOTATION_MARKER = re.compile(r"#\s*\(\d+\)!?\s*$", re.MULTILINE)
+
+
+def test_no_page_uses_a_code_annotation():
+    """Material never mounts the annotations of a block it mounts lazily (content.lazy in
+    mkdocs.yml): a `# (1)` marker would stay a bare comment, and its list a stray list."""
+    marked = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "docs").rglob("*.md"))
+        if ANNOTATION_MARKER.search(path.read_text(encoding="utf-8"))
+    ]
+    assert not marked, f"code annotations, which content.lazy never mounts: {marked}"
+
+
+def test_an_annotation_marker_is_recognised():
+    assert ANNOTATION_MARKER.search("    for p in model.parameters():  # (1)!\n")
+    assert not ANNOTATION_MARKER.search("x = f(1)  # a call, not a marker\n")

@@ -1,22 +1,13 @@
 // What Material's markup leaves for assistive technology to guess, filled in once the page is
 // there (axe and Lighthouse check each of these):
-// - a code annotation's marker is a link whose only content is a number drawn by CSS: name it;
 // - a task list's checkbox sits in an empty label: name it after its item's text;
 // - a code block, table or formula that scrolls sideways must take keyboard focus, or a
 //   keyboard cannot scroll it. Which ones scroll depends on the screen, so this is redone on
 //   every resize. A closed fold's blocks are measured when it opens: measuring one sooner makes
 //   the browser lay out the whole fold, the bulk of a long page's load on a phone.
-// Material adds annotation markers after load, so changes to the page are watched too.
 (() => {
   const SCROLLERS =
     "article :is(pre > code, .md-typeset__scrollwrap, .arithmatex, .fig-scroll, .highlight-ipynb)";
-
-  function nameAnnotations(root) {
-    for (const link of root.querySelectorAll("a.md-annotation__index:not([aria-label])")) {
-      const number = link.querySelector("[data-md-annotation-id]")?.dataset.mdAnnotationId;
-      link.setAttribute("aria-label", number ? `Code annotation ${number}` : "Code annotation");
-    }
-  }
 
   function nameCheckboxes(root) {
     for (const box of root.querySelectorAll(".task-list-item input:not([aria-label])")) {
@@ -50,16 +41,13 @@
   }
 
   function fill(root) {
-    nameAnnotations(root);
     nameCheckboxes(root);
     focusScrollers(root);
   }
 
-  const observer = new MutationObserver(() => nameAnnotations(document.body));
   const focusKeeper = new MutationObserver(keepFocus);
   document$.subscribe(({ body }) => {
     fill(body);
-    observer.observe(body, { childList: true, subtree: true });
     focusKeeper.observe(body, { attributeFilter: ["tabindex"], subtree: true });
   });
   window.addEventListener("resize", () => focusScrollers(document.body));
