@@ -69,10 +69,11 @@ REDIRECT_STUB = '<meta http-equiv="refresh"'
 KNOWN_SHORTFALLS = {
     "performance": {
         # Lighthouse's simulated phone replays this two-core machine's main thread slowed 4x.
-        # While Material mounts, it restyles the whole page four or five times (the
-        # focus-visible polyfill's class, the palette's three changes, the tables it rebuilds),
-        # each in proportion to the elements outside closed folds: 800-3,900 on these pages,
-        # which score 0.79-0.96 from one run to the next (total blocking time 0.2-0.8 s).
+        # After its first style pass, Material restyles the whole page four times while its
+        # palette mounts (a color-scheme meta added, then filled; an attribute set, then
+        # removed) and once more for the tables it rebuilds, each in proportion to the
+        # elements outside closed folds: 800-3,900 on these pages, which score 0.79-0.96 from
+        # one run to the next (total blocking time 0.2-0.8 s).
         page: "Material restyling a long page while it mounts (total blocking time 0.2-0.8 s)"
         for page in (
             "chapters/01-first-job/",
