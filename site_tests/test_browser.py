@@ -941,7 +941,7 @@ def test_dark_palette_toggles_and_figures_follow_it(visit, stepper_page, site_bu
     page = visit(stepper_page).page
     assert page.evaluate(scheme) == "default"
     light = page.evaluate(figure_colour)
-    page.locator("form[data-md-component=palette] label:visible").first.click()
+    page.locator("form[data-course-palette] label:visible").first.click()
     assert page.evaluate(scheme) == "slate"
     assert page.evaluate(figure_colour) != light, "the figures ignore the palette"
 
@@ -950,10 +950,33 @@ def test_dark_palette_toggles_and_figures_follow_it(visit, stepper_page, site_bu
     shown = "[...document.querySelectorAll('.fig-sweep img')].filter((i) => i.offsetWidth)"
     (src,) = sweep.evaluate(f"{shown}.map((i) => i.src)")
     assert src.endswith("allreduce-sweep.svg#only-light"), src
-    sweep.locator("form[data-md-component=palette] label:visible").first.click()
+    sweep.locator("form[data-course-palette] label:visible").first.click()
     assert sweep.evaluate(scheme) == "slate"
     (src,) = sweep.evaluate(f"{shown}.map((i) => i.src)")
     assert src.endswith("allreduce-sweep-dark.svg#only-dark"), src
+
+
+def test_the_palette_follows_the_system_until_the_reader_chooses(visit):
+    """overrides/partials/palette.html does the work of Material's palette component."""
+    scheme = "document.body.getAttribute('data-md-color-scheme')"
+    toggle = "form[data-course-palette] label:visible"
+    page = visit("", color_scheme="dark").page
+    assert page.evaluate(scheme) == "slate", "a dark system got the light palette"
+    assert page.evaluate("document.querySelector('meta[name=color-scheme]').content") == "dark"
+    assert page.locator(toggle).get_attribute("title") == "Switch to light mode"
+
+    page.emulate_media(color_scheme="light")  # the media query's change event comes later
+    page.wait_for_function(f"{scheme} === 'default'", timeout=2_000)  # no choice made yet
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function(f"{scheme} === 'slate'", timeout=2_000)
+    page.locator(toggle).click()
+    assert page.evaluate(scheme) == "default"
+    page.reload()
+    assert page.evaluate(scheme) == "default", "the reader's choice is forgotten on reload"
+    page.emulate_media(color_scheme="light")
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_timeout(200)
+    assert page.evaluate(scheme) == "default", "the system overrode the reader's choice"
 
 
 # ---------------------------------------------------------------------------------------------
