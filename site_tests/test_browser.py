@@ -516,6 +516,51 @@ def test_no_table_cell_breaks_a_word(seen, pages, screen):
     assert not (failed := each_page(pages, check)), failed
 
 
+# What Material's table rules set: a table's and a cell's own look, not a measure of layout
+# (a width depends on the content). How words wrap is ours, and test_no_table_cell_breaks_a_word
+# checks it.
+TABLE_LOOK = [
+    "display", "font-size", "background-color", "border-top", "border-radius", "max-width",
+    "overflow-x", "padding-top", "padding-left", "font-weight", "text-align", "vertical-align",
+    "min-width", "transition-duration",
+]  # fmt: skip
+
+
+def test_a_built_table_looks_as_a_table_material_mounted(seen, site_build):
+    """hooks/tables.py writes tables as Material mounts them; they must look the same."""
+    with_tables = pages_with(site_build, '<table class="course-table">')
+    assert with_tables, "no page has a table"
+
+    def check(path):
+        return seen(path).page.evaluate(
+            """(look) => {
+            const differences = [];
+            for (const built of document.querySelectorAll("article table.course-table")) {
+              if (!built.matches(".md-typeset__scrollwrap > .md-typeset__table > table")) {
+                differences.push("not inside Material's scroll wrapper");
+              }
+              const plain = built.cloneNode(true);  // what Material styles and mounts
+              plain.removeAttribute("class");
+              built.after(plain);
+              for (const part of ["", " th", " td", " td code"]) {
+                const [a, b] = [built, plain].map((t) => part ? t.querySelector(part) : t);
+                if (!a) continue;
+                const [sa, sb] = [a, b].map((e) => getComputedStyle(e));
+                for (const name of look) {
+                  const [va, vb] = [sa, sb].map((s) => s.getPropertyValue(name));
+                  if (va !== vb) differences.push(`table${part} ${name}: ${va} vs ${vb}`);
+                }
+              }
+              plain.remove();
+            }
+            return [...new Set(differences)];
+          }""",
+            TABLE_LOOK,
+        )
+
+    assert not (failed := each_page(with_tables, check)), failed
+
+
 def npm_tool(name):
     """The pinned npm tool's folder under NPM_DIR, or skip saying how to install it."""
     pins = dict(line.rsplit("@", 1) for line in NPM_TOOLS.read_text().split() if line)

@@ -1,5 +1,6 @@
 """The small page hooks: math typeset at build time, code kept out of the search index, code
-without its invisible spans, the failure gallery's index of error messages.
+without its invisible spans, tables in boxes of their own, the failure gallery's index of error
+messages.
 
 They run on a page's HTML or Markdown alone, so they are tested here on strings; the built
 site's pages are checked in a browser by test_browser.py (typeset math, page weight, search).
@@ -67,6 +68,59 @@ def test_code_blocks_are_kept_out_of_search():
     # ... except the gallery's error messages, which a reader pastes into the search
     message = '<div class="error-message highlight"><pre><code>RuntimeError: x</code></pre></div>'
     assert search_scope.on_page_content(message, page=PAGE, config=None, files=None) == message
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables written the way Material mounts them (hooks/tables.py)
+# ---------------------------------------------------------------------------------------------
+def built_tables(content):
+    return hook("tables").on_page_content(content, page=PAGE, config=None, files=None)
+
+
+def test_each_table_is_written_inside_materials_wrapper_and_nothing_else_changes():
+    rows = "\n<thead><tr><th>p</th></tr></thead><tbody><tr><td>1</td></tr></tbody>\n"
+    page = f"<h2>A</h2>\n<table>{rows}</table>\n<p>between</p>\n<table>{rows}</table>"
+    done = built_tables(page)
+    wrapped = (
+        '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+        f'<table class="course-table">{rows}</table></div></div>'
+    )
+    assert done.count(wrapped) == 2
+    assert done.replace(wrapped, f"<table>{rows}</table>") == page
+
+
+def test_a_table_with_a_class_of_its_own_is_left_alone():
+    """Material mounts only tables without a class (line-numbered code is one with)."""
+    numbered = '<table class="highlighttable"><tr><td>1</td></tr></table>'
+    assert built_tables(numbered) == numbered
+
+
+def test_materials_table_rules_are_aimed_at_the_built_tables_and_no_other_rule_is():
+    css = (
+        "@font-face{font-family:X}.md-typeset table:not([class]){font-size:.64rem}"
+        ".md-typeset table:not([class]) td,.md-typeset table:not([class]) th{padding:1em}"
+        ".md-typeset code{color:red}"
+        "@media print{.md-typeset table:not([class]){display:table}.md-nav{display:none}}"
+        "@media screen{.md-nav{display:block}}"
+    )
+    assert hook("tables").table_rules(css) == (
+        ".md-typeset table.course-table{font-size:.64rem}"
+        ".md-typeset table.course-table td,.md-typeset table.course-table th{padding:1em}"
+        "@media print{.md-typeset table.course-table{display:table}}"
+    )
+
+
+def test_the_built_stylesheet_holds_every_table_rule_of_materials_own(tmp_path):
+    (material,) = importlib.util.find_spec("material").submodule_search_locations
+    (main,) = (pathlib.Path(material) / "templates" / "assets" / "stylesheets").glob("main.*.css")
+    sheets = tmp_path / "assets" / "stylesheets"
+    sheets.mkdir(parents=True)
+    (sheets / main.name).write_text(main.read_text(encoding="utf-8"), encoding="utf-8")
+    hook("tables").on_post_build({"site_dir": str(tmp_path)})
+    built = (sheets / "tables.css").read_text(encoding="utf-8")
+    theirs = main.read_text(encoding="utf-8").count("table:not([class])")
+    assert theirs > 5 and built.count("table.course-table") == theirs
+    assert "table:not([class])" not in built
 
 
 # ---------------------------------------------------------------------------------------------

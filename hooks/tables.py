@@ -1,0 +1,63 @@
+"""MkDocs hook: tables come out of the build the way Material would have mounted them.
+
+Once a page has loaded, Material takes each plain table (`table:not([class])`) out of the page
+and puts it back inside its scroll wrapper. Re-inserting a table re-creates everything in it,
+and chapter 2's table of collectives holds some 1,250 elements of typeset math: on a phone,
+that one swap was most of the chapter's blocking time, and kept it under Lighthouse's bar.
+
+So the build writes each table inside Material's wrapper already, with a class that tells
+Material's mount to leave it be. Material's stylesheet only styles a plain table, so the
+build also writes `assets/stylesheets/tables.css`: every rule Material has for a plain table,
+aimed at this class instead. Material stays the one home of how a table looks.
+site_tests/test_page_hooks.py checks both halves, and test_browser.py that a built table
+looks exactly as a table Material mounted.
+"""
+
+import pathlib
+import re
+
+import tinycss2
+
+TABLE_CLASS = "course-table"
+PLAIN_TABLE = "table:not([class])"  # Material's selector, for its mount and for its styles
+TABLE = re.compile(r"<table>(.*?)</table>", re.S)
+WRAPPED = (
+    '<div class="md-typeset__scrollwrap"><div class="md-typeset__table">'
+    f'<table class="{TABLE_CLASS}">{{}}</table></div></div>'
+)
+STYLESHEET = "assets/stylesheets/tables.css"  # listed under extra_css in mkdocs.yml
+
+
+def on_page_content(content, page, config, files):
+    return TABLE.sub(lambda table: WRAPPED.format(table[1]), content)
+
+
+def on_post_build(config):
+    sheets = pathlib.Path(config["site_dir"]) / "assets" / "stylesheets"
+    (material,) = sheets.glob("main.*.min.css")
+    css = table_rules(material.read_text(encoding="utf-8"))
+    assert css, f"{material.name} has no rule for {PLAIN_TABLE}: Material changed its tables"
+    (sheets.parent.parent / STYLESHEET).write_text(css, encoding="utf-8")
+
+
+def table_rules(css):
+    """Every rule of `css` that styles a plain table, aimed at TABLE_CLASS instead."""
+
+    def aimed(rule):
+        if rule.type == "qualified-rule":
+            selector = tinycss2.serialize(rule.prelude)
+            if PLAIN_TABLE not in selector:
+                return ""
+            ours = selector.replace(PLAIN_TABLE, f"table.{TABLE_CLASS}")
+            return f"{ours}{{{tinycss2.serialize(rule.content)}}}"
+        if rule.type == "at-rule" and rule.lower_at_keyword in ("media", "supports"):
+            inner = "".join(map(aimed, parse(rule.content or [])))
+            prelude = tinycss2.serialize(rule.prelude)
+            return f"@{rule.at_keyword}{prelude}{{{inner}}}" if inner else ""
+        return ""  # fonts, keyframes, ...: not the table's
+
+    def parse(tokens):
+        return tinycss2.parse_blocks_contents(tokens, skip_comments=True, skip_whitespace=True)
+
+    rules = tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True)
+    return "".join(map(aimed, rules))
