@@ -64,29 +64,6 @@ LIGHTHOUSE_MINIMUM = {"performance": 0.90, "accessibility": 0.95, "best-practice
 LIGHTHOUSE_TRIES = 3
 LIGHTHOUSE_TIMEOUT_S = 120
 REDIRECT_STUB = '<meta http-equiv="refresh"'
-# Pages that still miss a bar, and why; every other page must meet it. A listed page may pass
-# on a quiet machine (performance is timed), but each listed page is measured and reported.
-KNOWN_SHORTFALLS = {
-    "performance": {
-        # Lighthouse's simulated phone replays this two-core machine's main thread slowed 4x.
-        # After its first style pass, Material restyles the whole page four times while its
-        # palette mounts (a color-scheme meta added, then filled; an attribute set, then
-        # removed) and once more for the tables it rebuilds, each in proportion to the
-        # elements outside closed folds: 800-3,900 on these pages, which score 0.79-0.96 from
-        # one run to the next (total blocking time 0.2-0.8 s).
-        page: "Material restyling a long page while it mounts (total blocking time 0.2-0.8 s)"
-        for page in (
-            "chapters/01-first-job/",
-            "chapters/02-collectives/",
-            "chapters/03-ddp/",
-            "chapters/04-caveats/",
-            "chapters/06-debugging/",
-            "chapters/07-scaling/",
-            "failures/",
-            "labs/two-nodes/",
-        )
-    },
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,16 +257,11 @@ def seen(browser, served):
         page.close()
 
 
-def each_page(pages, check, known=None):
-    """Run `check(path)` on every page; one failure message per page that fails it.
-
-    `known` names a KNOWN_SHORTFALLS entry, whose pages may fail.
-    """
-    shortfalls = KNOWN_SHORTFALLS.get(known, {})
+def each_page(pages, check):
+    """Run `check(path)` on every page; one failure message per page that fails it."""
     failures = {}
     for path in pages:
-        found = check(path)
-        if found and path not in shortfalls:
+        if found := check(path):
             failures[path or "home"] = found
     return "\n".join(f"{page}: {found}" for page, found in failures.items())
 
@@ -660,17 +632,13 @@ def lighthouse_runs(served, pages):
     Accessibility and best practices are decided by the page alone. Performance is timed on
     a shared two-core machine where other work only ever slows a page down, so a page whose
     performance misses the bar is run again, up to LIGHTHOUSE_TRIES runs; its best counts.
-    A page listed among the known performance shortfalls runs once.
     """
     npm_tool("lighthouse")
     ARTIFACTS.mkdir(exist_ok=True)
     best, runs = {}, {}
     for path in pages:
         runs[path] = []
-        # A page known to miss the performance bar gets one run: retries are for the pages
-        # that must meet it, and they are most of the suite's time.
-        tries = 1 if path in KNOWN_SHORTFALLS["performance"] else LIGHTHOUSE_TRIES
-        for _ in range(tries):
+        for _ in range(LIGHTHOUSE_TRIES):
             with tempfile.TemporaryDirectory(prefix="lighthouse-") as work:
                 report = lighthouse(served + path, work)
             scores = scores_of(report)
@@ -706,7 +674,7 @@ def test_lighthouse_mobile_performance(lighthouse_runs, pages):
             return None
         return f"performance {scores['performance']:.2f}; failing audits: {audits}"
 
-    assert not (failed := each_page(pages, check, known="performance")), failed
+    assert not (failed := each_page(pages, check)), failed
 
 
 def test_screenshots_for_a_person(seen, pages):
