@@ -488,6 +488,20 @@ def test_no_table_cell_breaks_a_word(seen, pages, screen):
     assert not (failed := each_page(pages, check)), failed
 
 
+def test_no_script_holds_up_a_pages_first_paint(site_build):
+    """overrides/main.html defers Material's scripts and ours, so the first paint can come first."""
+    site = site_build[0]
+
+    def check(path):
+        body = (site / path / "index.html").read_text(encoding="utf-8").split("<body", 1)[1]
+        # an empty src (mkdocs-jupyter's MathJax slot, unused here) fetches nothing, so waits
+        # for nothing
+        scripts = re.findall(r"<script\b[^>]*\bsrc=\"[^\"]+\"[^>]*>", body)
+        return [tag for tag in scripts if not re.search(r"\s(defer|async)[\s>=]", tag)]
+
+    assert not (failed := each_page(site_pages(site), check)), failed
+
+
 # What Material's table rules set: a table's and a cell's own look, not a measure of layout
 # (a width depends on the content). How words wrap is ours, and test_no_table_cell_breaks_a_word
 # checks it.
