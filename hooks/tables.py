@@ -17,6 +17,7 @@ import pathlib
 import re
 
 import tinycss2
+from mkdocs.exceptions import PluginError
 
 TABLE_CLASS = "course-table"
 PLAIN_TABLE = "table:not([class])"  # Material's selector, for its mount and for its styles
@@ -36,7 +37,8 @@ def on_post_build(config):
     sheets = pathlib.Path(config["site_dir"]) / "assets" / "stylesheets"
     (material,) = sheets.glob("main.*.min.css")
     css = table_rules(material.read_text(encoding="utf-8"))
-    assert css, f"{material.name} has no rule for {PLAIN_TABLE}: Material changed its tables"
+    if not css:
+        raise PluginError(f"{material.name} has no rule for {PLAIN_TABLE}: see hooks/tables.py")
     (sheets.parent.parent / STYLESHEET).write_text(css, encoding="utf-8")
 
 

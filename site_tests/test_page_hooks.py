@@ -123,6 +123,14 @@ def test_the_built_stylesheet_holds_every_table_rule_of_materials_own(tmp_path):
     assert "table:not([class])" not in built
 
 
+def test_a_material_without_plain_table_rules_fails_the_build(tmp_path):
+    sheets = tmp_path / "assets" / "stylesheets"
+    sheets.mkdir(parents=True)
+    (sheets / "main.0.min.css").write_text(".md-typeset table.other{color:red}", encoding="utf-8")
+    with pytest.raises(PluginError, match=r"main.0.min.css has no rule for table:not\(\[class\]\)"):
+        hook("tables").on_post_build({"site_dir": str(tmp_path)})
+
+
 # ---------------------------------------------------------------------------------------------
 # Code blocks without the spans that change nothing (hooks/lean_code.py)
 # ---------------------------------------------------------------------------------------------
