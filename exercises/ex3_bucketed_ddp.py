@@ -14,11 +14,15 @@ Grade it with
     python -m pytest test_ex3_bucketed_ddp.py
 
 How it works:
-- plan_buckets cuts the parameters into buckets, in reverse order of module.parameters()
-  (roughly the order backward produces their gradients). A bucket takes parameters until the
-  next one would push it past bucket_cap_bytes; a parameter bigger than the cap gets a bucket
-  of its own. Each bucket owns one flat buffer for its parameters' gradients.
-- Every parameter gets a hook, param.register_post_accumulate_grad_hook(self.gradient_ready),
+- The constructor broadcasts rank 0's parameters, frozen ones too, and buffers: the ranks
+  may have built their models from different seeds.
+- plan_buckets cuts the trainable parameters (requires_grad; module.parameters() lists a
+  tied weight once) into buckets, in reverse order (roughly the order backward produces
+  their gradients). A bucket takes parameters until the next one would push it past
+  bucket_cap_bytes or has another dtype; a parameter bigger than the cap gets a bucket of
+  its own. Each bucket owns one flat buffer for its parameters' gradients, of their dtype,
+  on their device.
+- Every trainable parameter gets a hook, register_post_accumulate_grad_hook(self.gradient_ready),
   which autograd calls as soon as that parameter's .grad is complete. The hook copies the
   gradient into its bucket's buffer; when the last gradient of a bucket arrives, it launches
   dist.all_reduce(buffer, async_op=True) and moves on, so the sum travels while autograd is
@@ -55,8 +59,9 @@ class BucketedDataParallel(torch.nn.Module):
     def __init__(self, module, bucket_cap_bytes):
         super().__init__()
         self.module = module
-        # TODO: broadcast rank 0's parameters; plan the buckets and give each a flat
-        #       buffer; register self.gradient_ready on every parameter that requires grad.
+        # TODO: broadcast rank 0's parameters and buffers; plan the buckets and give each
+        #       a flat buffer; register self.gradient_ready on every parameter that
+        #       requires grad.
         raise NotImplementedError("exercise 3: build the buckets and register the hooks")
 
     def forward(self, *inputs, **kwargs):

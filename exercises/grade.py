@@ -33,9 +33,18 @@ def exercises():
 
 
 def title(path):
-    """'ring all-reduce by hand', from 'Exercise 1: ring all-reduce by hand.'"""
-    first = ast.get_docstring(ast.parse(path.read_text())).splitlines()[0]
-    return first.split(":", 1)[1].strip().rstrip(".")
+    """'ring all-reduce by hand', from 'Exercise 1: ring all-reduce by hand.'
+
+    The learner's file may hold anything (no docstring, a syntax error, bytes that are not
+    UTF-8): then the title is the file's name, and its tests say what is wrong.
+    """
+    try:
+        docstring = ast.get_docstring(ast.parse(path.read_bytes())) or ""
+    except (OSError, SyntaxError, ValueError):
+        docstring = ""
+    first = docstring.strip().splitlines()[0] if docstring.strip() else ""
+    words = first.split(":", 1)[1].strip().rstrip(".") if ":" in first else ""
+    return words or path.stem
 
 
 def choose(names, known):

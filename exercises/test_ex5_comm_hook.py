@@ -3,6 +3,8 @@
 Two ranks run one backward through torch's DDP with the learner's hook, wrapped so that it
 records each bucket's size and what the hook returns, while dist.all_reduce records every
 tensor handed to it. Each rank also reports its own local float32 gradient, for the average.
+Then each rank runs DDP on a process group of its own, one rank in it, with that group as
+the hook's state: its gradient must stay its own.
 """
 
 import pytest
@@ -57,6 +59,12 @@ def rank_worker(rank, world_size):
         dist.all_reduce = all_reduce
     del model  # DDP goes before its process group does
     record["local"] = backward(make_model(), rank)
+    # Every rank joins the creation of every subgroup; each gets the one holding only itself.
+    alone, _ = dist.new_subgroups(group_size=1)
+    model = torch.nn.parallel.DistributedDataParallel(make_model(), process_group=alone)
+    model.register_comm_hook(state=alone, hook=exercise.bf16_all_reduce_hook)
+    record["alone"] = backward(model, rank)
+    del model
     return record
 
 
@@ -92,4 +100,19 @@ def test_bytes_on_the_wire_are_halved(ranks):
         assert 2 * wire == buckets, (
             f"rank {rank} put {wire} bytes on the wire for {buckets} bytes of float32 "
             f"gradients; bfloat16 makes it {buckets // 2}"
+        )
+
+
+def test_the_hook_reduces_over_the_group_it_is_given(ranks):
+    for rank, report in enumerate(ranks):
+        local = report["local"].double()
+        allowed = BF16_UNIT * local.abs() + 1e-30  # one rounding to bfloat16, nothing added
+        error = (report["alone"].double() - local).abs()
+        worst = (error / allowed).argmax().item()
+        assert error[worst] <= allowed[worst], (
+            f"with DDP on a group holding rank {rank} alone, and that group as the hook's "
+            f"state, rank {rank}'s gradient element {worst} is "
+            f"{report['alone'][worst].item():.6g}, not its own {local[worst].item():.6g}: "
+            "`state` is the process group to reduce over; pass group=state to all_reduce "
+            "and divide by dist.get_world_size(state)"
         )

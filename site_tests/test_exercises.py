@@ -152,6 +152,22 @@ def test_starter_4_fails_for_its_own_gap_once_exercise_3_is_solved(starter_4_on_
     assert "NotImplementedError: exercise 4: " in rows[4]["first_failure"]
 
 
+def test_a_learner_file_that_holds_anything_is_graded_not_crashed_on(tmp_path):
+    folder = learner_folder(tmp_path / "odd")
+    (folder / "ex2_naive_data_parallel.py").write_text("import torch\n")  # no docstring
+    (folder / "ex3_bucketed_ddp.py").write_text("def broken(:\n")  # a syntax error
+    (folder / "ex5_comm_hook.py").write_bytes(b'"""Exercise 5\xff"""\n')  # not UTF-8
+    rows, returncode, output = grade(tmp_path, folder, "2", "3", "5")
+    assert returncode == 1 and "0 of 3 solved" in output, output
+    for number, stem in (
+        (2, "ex2_naive_data_parallel"),
+        (3, "ex3_bucketed_ddp"),
+        (5, "ex5_comm_hook"),
+    ):
+        assert rows[number]["title"] == stem and not rows[number]["solved"], rows[number]
+        assert rows[number]["first_failure"], rows[number]
+
+
 def test_starter_7_hangs_and_says_so(starters):
     rows, _, output = starters
     assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
@@ -207,7 +223,15 @@ MUTANT_SETS = {
             )
         ],
         # the mean forgotten in the compressed hook
-        "ex5_comm_hook.py": [(".div_(dist.get_world_size())", "")],
+        "ex5_comm_hook.py": [(".div_(dist.get_world_size(group))", "")],
+        # one bucket for parameters of two dtypes, in the first one's dtype
+        "ex3_bucketed_ddp.py": [
+            (
+                "            or (param.dtype, param.device)"
+                " != (current[0].dtype, current[0].device)\n",
+                "",
+            )
+        ],
         # evaluation through DistributedSampler again: padding counted
         "ex7_fix_this_script.py": [
             (
@@ -215,6 +239,56 @@ MUTANT_SETS = {
                 "Subset(dataset, [*range(rank, len(dataset), world_size)] + [0] * rank)",
             )
         ],
+    },
+    # The defects an outside DDP test suite found that the graders once passed: the models
+    # now have frozen parameters, a tied weight, a buffer, and other weights on each rank.
+    "third": {
+        # frozen parameters left out of the broadcast
+        "ex2_naive_data_parallel.py": [
+            (
+                "for tensor in [*model.parameters(), *model.buffers()]:",
+                "for tensor in [*(p for p in model.parameters() if p.requires_grad), "
+                "*model.buffers()]:",
+            )
+        ],
+        # no broadcast at construction
+        "ex3_bucketed_ddp.py": [
+            ("                dist.broadcast(tensor, src=0)", "                pass")
+        ],
+        # `state` ignored: the default group, whatever group DDP runs on
+        "ex5_comm_hook.py": [("    group = state  #", "    group = None  #")],
+    },
+    "fourth": {
+        # a gradient that is None skipped: the ranks' all_reduces pair up different parameters
+        "ex2_naive_data_parallel.py": [
+            ("            param.grad = torch.zeros_like(param)", "            continue")
+        ],
+        # hooks and buckets on frozen parameters too
+        "ex3_bucketed_ddp.py": [
+            (
+                "params = [p for p in module.parameters() if p.requires_grad]",
+                "params = list(module.parameters())",
+            )
+        ],
+    },
+    "fifth": {
+        # a tied weight listed twice
+        "ex3_bucketed_ddp.py": [
+            (
+                "params = [p for p in module.parameters() if p.requires_grad]",
+                "params = [p for _, p in module.named_parameters(remove_duplicate=False) "
+                "if p.requires_grad]",
+            )
+        ]
+    },
+    "sixth": {
+        # parameters broadcast, buffers not
+        "ex3_bucketed_ddp.py": [
+            (
+                "for tensor in [*module.parameters(), *module.buffers()]:",
+                "for tensor in module.parameters():",
+            )
+        ]
     },
 }
 
@@ -224,7 +298,13 @@ EXPECTED = {
         # whichever rank times out first names itself: 0 or 1
         "waited 10 s in exercise 1's ring_all_reduce: a rank did not send",
     ),
-    ("first", 2): ({"test_training_matches_the_full_batch_reference"}, "full-batch reference"),
+    ("first", 2): (
+        {
+            "test_every_rank_steps_with_the_full_batch_gradient",
+            "test_training_matches_the_full_batch_reference",
+        },
+        "differs from the full-batch gradient",
+    ),
     ("first", 3): (
         {f"test_first_all_reduce_starts_before_backward_finishes[{cap}]" for cap in (1000, 3000)},
         "started after the last gradient was ready",
@@ -240,12 +320,32 @@ EXPECTED = {
         | {f"test_each_rank_sends_2_p_minus_1_over_p_of_the_tensor[{p}]" for p in (2, 3, 4)},
         "differs from dist.all_reduce's",
     ),
+    ("second", 3): ({"test_a_bucket_holds_one_dtype"}, "a bucket's flat buffer has one dtype"),
     ("second", 4): ({"test_an_error_inside_no_sync_leaves_sync_on"}, "restore sync in `finally`"),
     ("second", 5): (
         {"test_result_is_within_bf16_rounding_of_the_float32_average"},
         "more than bfloat16 rounding",
     ),
     ("second", 7): ({"test_the_evaluation_counts_each_sample_once"}, "counted 12 samples"),
+    # {"*"}: a defect that breaks training breaks every later check too; the first failure,
+    # the message a learner reads, is the one that names it.
+    ("third", 2): ({"*"}, "rank 1's embed.weight (frozen), embed.bias (frozen) differ"),
+    ("third", 3): ({"*"}, "in __init__, broadcast rank 0's parameters, frozen ones too, and"),
+    ("third", 5): (
+        {"test_the_hook_reduces_over_the_group_it_is_given"},
+        "`state` is the process group to reduce over",
+    ),
+    ("fourth", 2): (
+        {
+            "test_every_rank_steps_with_the_full_batch_gradient",
+            "test_training_matches_the_full_batch_reference",
+            "test_replicas_are_bit_identical",
+        },
+        "rank 0's gradient of heads.1.weight is None",
+    ),
+    ("fourth", 3): ({"*"}, "registered a hook on embed.weight, a frozen parameter"),
+    ("fifth", 3): ({"*"}, "registered 2 hooks on middle.weight (tied to again.weight)"),
+    ("sixth", 3): ({"*"}, "rank 1's shift (a buffer) differ from rank 0's"),
 }
 
 

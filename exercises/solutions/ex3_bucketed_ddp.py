@@ -15,12 +15,16 @@ def at_end_of_backward(callback):
 def plan_buckets(params, bucket_cap_bytes):
     """Parameters in reverse order, cut into lists of at most bucket_cap_bytes each.
 
-    A parameter bigger than the cap gets a list of its own.
+    A parameter bigger than the cap gets a list of its own. A list holds one dtype on one
+    device, since it becomes one flat buffer: a parameter of another starts a new list.
     """
     buckets, current, size = [], [], 0
     for param in reversed(params):
         nbytes = param.numel() * param.element_size()
-        if current and size + nbytes > bucket_cap_bytes:
+        if current and (
+            size + nbytes > bucket_cap_bytes
+            or (param.dtype, param.device) != (current[0].dtype, current[0].device)
+        ):
             buckets.append(current)
             current, size = [], 0
         current.append(param)
@@ -33,7 +37,9 @@ class Bucket:
 
     def __init__(self, params):
         self.params = params
-        self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype)
+        first = params[0]  # plan_buckets gave every parameter here its dtype and device
+        numel = sum(p.numel() for p in params)
+        self.buffer = torch.zeros(numel, dtype=first.dtype, device=first.device)
         sizes = [p.numel() for p in params]
         self.slices = dict(zip(params, self.buffer.split(sizes), strict=True))
         self.ready = 0
@@ -62,8 +68,10 @@ class BucketedDataParallel(torch.nn.Module):
     def __init__(self, module, bucket_cap_bytes):
         super().__init__()
         self.module = module
-        for param in module.parameters():
-            dist.broadcast(param.data, src=0)
+        with torch.no_grad():  # every rank starts from rank 0's state, frozen parts too
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor, src=0)
+        # module.parameters() lists a tied weight once; a frozen one never gets a gradient.
         params = [p for p in module.parameters() if p.requires_grad]
         groups = plan_buckets(params, bucket_cap_bytes)
         self.buckets = [Bucket(group) for group in groups]
