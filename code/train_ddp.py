@@ -10,9 +10,7 @@ which sets RANK, LOCAL_RANK and WORLD_SIZE for every process it starts.
 """
 
 import argparse
-import gc
 import os
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -30,8 +28,9 @@ parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
 parser.add_argument("--bf16", action="store_true", help="autocast the forward pass")
 parser.add_argument(
     "--checkpoint",
-    default=os.path.join(tempfile.gettempdir(), "first_job.pt"),
-    help="where rank 0 saves the trained weights (default: the temp folder)",
+    default=os.environ.get("CHECKPOINT", "first_job.pt"),
+    help="where rank 0 saves the trained weights, on a file system every node reads "
+    "(default: $CHECKPOINT, else first_job.pt in the current folder)",
 )
 args = parser.parse_args()
 
@@ -63,6 +62,17 @@ def join_the_job():
     return dist.get_rank(), device
 
 
+def save_atomically(state, path):
+    """Write a temporary file beside `path`, force it to disk, then rename it: a reader on
+    any node sees the old file or the whole new one, never half of it."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "wb") as file:
+        torch.save(state, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
 # ------------------------------------------------------------------------------
 # Training
 # ------------------------------------------------------------------------------
@@ -77,7 +87,9 @@ def train(rank, device):
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     dataset = make_dataset()
-    sampler = DistributedSampler(dataset)  # each rank: its own 1/world of the data
+    # Each rank: its own 1/world of the data. drop_last: where the data does not divide
+    # evenly, leave out the few examples over, rather than repeat some to pad the shares.
+    sampler = DistributedSampler(dataset, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
@@ -105,7 +117,7 @@ def train(rank, device):
             )
 
     if rank == 0:  # one writer; .module drops DDP's "module." key prefix
-        torch.save(model.module.state_dict(), args.checkpoint)
+        save_atomically(model.module.state_dict(), args.checkpoint)
     dist.barrier()  # nobody reads the file before rank 0 has written it
     # map_location loads onto this process's device, whoever saved the file.
     restored = make_model().to(device)
@@ -116,6 +128,7 @@ def train(rank, device):
     dist.all_reduce(intact)
     if rank == 0:
         print(f"saved {args.checkpoint}; {intact.item()} of {world} reloaded it")
+    del model  # DDP goes before its process group does (chapter 4)
 
 
 def main():
@@ -123,9 +136,6 @@ def main():
     try:
         train(rank, device)
     finally:
-        # What trained can outlive train() in reference cycles and still hold the
-        # group; collect it first, or the group may die at exit with an abort.
-        gc.collect()
         dist.destroy_process_group()
 
 

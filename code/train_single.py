@@ -8,8 +8,6 @@ code/train_ddp.py` shows every line that takes.
 """
 
 import argparse
-import os
-import tempfile
 
 import torch
 import torch.nn as nn
@@ -25,8 +23,8 @@ parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
 parser.add_argument("--bf16", action="store_true", help="autocast the forward pass")
 parser.add_argument(
     "--checkpoint",
-    default=os.path.join(tempfile.gettempdir(), "first_job.pt"),
-    help="where to save the trained weights (default: the temp folder)",
+    default="first_job.pt",
+    help="where to save the trained weights (default: first_job.pt in the current folder)",
 )
 args = parser.parse_args()
 

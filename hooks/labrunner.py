@@ -38,13 +38,19 @@ class LabRun:
     """One declared run: which script, with which arguments, how long it may take."""
 
     def __init__(self, name, spec, root):
-        known = {"script", "args", "timeout", "recorded", "live_if_root", "torchrun", "inputs"}
+        known = {
+            *("script", "args", "timeout", "recorded", "live_if_root", "torchrun", "inputs"),
+            "plain",
+        }
         unknown = set(spec) - known
         if unknown or "script" not in spec:
             raise LabError(f"lab run {name!r}: needs `script`, got keys {sorted(spec)}")
         # torchrun: N starts the script as a reader would on one machine, with N processes;
         # such a script is plain training code and writes no --json of its own.
         self.torchrun = int(spec["torchrun"]) if "torchrun" in spec else None
+        # plain: true starts such a script as `python SCRIPT ARGS`, as a reader would.
+        self.plain_python = str(spec.get("plain", "false")).lower() == "true"
+        self.plain = self.plain_python or self.torchrun is not None
         self.name = name
         self.root = root
         self.script = root / spec["script"]
@@ -63,7 +69,7 @@ class LabRun:
 
     @property
     def command(self):
-        """The command a reader types (the build adds --json to a plain python run)."""
+        """The command a reader types (the build adds --json to a lab's python run)."""
         script = self.script.relative_to(self.root).as_posix()
         if self.torchrun:
             return ["torchrun", *self.torchrun_flags, script, *self.args]
@@ -78,6 +84,8 @@ class LabRun:
         if self.torchrun:
             launcher = [sys.executable, "-m", "torch.distributed.run", *self.torchrun_flags]
             return [*launcher, str(self.script), *self.args]
+        if self.plain:
+            return [sys.executable, str(self.script), *self.args]
         return [sys.executable, str(self.script), *self.args, "--json", str(json_path)]
 
     @functools.cached_property
@@ -114,6 +122,8 @@ class LabRun:
             digest.update(path.read_bytes() + b"\0")
         digest.update(f"torch=={installed_torch()}\0python=={platform.python_version()}\0".encode())
         digest.update(json.dumps([self.torchrun, self.args]).encode())
+        if self.plain_python:
+            digest.update(b"plain")
         return digest.hexdigest()[:16]
 
 
@@ -180,6 +190,10 @@ def execute(run):
     killed with it instead of outliving the build. It also gets a directory of its own as
     TMPDIR, which the runner removes after any ending, a timeout included: whatever the lab or
     its ranks leave in their temp dirs (stores, error files) goes with it.
+
+    A plain script (torchrun: N, or plain: true) starts in that directory, so that what it
+    writes in the current folder (a checkpoint) goes too; its record holds all it printed,
+    stderr included (torchrun's OMP_NUM_THREADS banner), as a terminal shows it.
     """
     with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
         json_path = pathlib.Path(scratch) / "result.json"
@@ -188,12 +202,12 @@ def execute(run):
         clock = time.perf_counter()
         proc = subprocess.Popen(
             argv,
-            cwd=run.root,
+            cwd=scratch if run.plain else run.root,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if run.plain else subprocess.PIPE,
             text=True,
             start_new_session=True,
-            env=dict(os.environ, TMPDIR=scratch),
+            env=lab_environment(run, scratch),
         )
         try:
             stdout, stderr = proc.communicate(timeout=run.timeout)
@@ -208,7 +222,7 @@ def execute(run):
             raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
         if TRACEBACK in stdout:
             raise LabFailed(run, "printed a traceback", stdout, stderr)
-        if run.torchrun:  # the script reports nothing but its output: say where it ran
+        if run.plain:  # the script reports nothing but its output: say where it ran
             result = {"env": run_provenance(run.root).machine_facts(installed_torch())}
         elif not json_path.is_file():
             raise LabFailed(run, "wrote no --json file", stdout, stderr)
@@ -232,6 +246,16 @@ def run_provenance(root):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def lab_environment(run, scratch):
+    """The build's environment, with TMPDIR set to the run's own directory. A torchrun run
+    starts as from a fresh shell, without OMP_NUM_THREADS, so that the launcher's notice about
+    it, which chapter 1 shows and explains, is printed whatever the build's shell set."""
+    env = dict(os.environ, TMPDIR=scratch)
+    if run.torchrun:
+        env.pop("OMP_NUM_THREADS", None)
+    return env
 
 
 def kill_leftovers(pgid, grace=5.0):
