@@ -4,8 +4,10 @@
     # two nodes in network namespaces: sudo python code/26_two_nodes.py
 
 A restart runs this file from its first line, so it is elastic-ready in three ways:
-1. at start it resumes from its newest checkpoint (model, optimizer, step);
-2. it saves atomically every step (it writes a temporary file, then renames it);
+1. at start it resumes from its newest checkpoint (model, optimizer, step), before DDP
+   wraps the model, so that DDP's first broadcast carries the restored weights;
+2. it saves atomically every step (a temporary file, forced to disk, then renamed) and
+   deletes all but the newest KEEP checkpoints;
 3. it derives everything that depends on the world size at start, from WORLD_SIZE.
 
 It trains a float64 linear model on a fixed synthetic data set with DistributedSampler
@@ -32,6 +34,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 # Settings
 # -------------------------------------------------------------------------------------
 SAMPLES, FEATURES, SEED, LR, MOMENTUM = 64, 8, 26, 0.05, 0.9
+KEEP = 2  # checkpoints left on disk after each save; older ones are deleted
 
 
 def parse_args():
@@ -79,19 +82,40 @@ def new_optimizer(params):
     return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
-def newest_checkpoint(ckpt_dir):
-    """The highest-numbered complete checkpoint; a crash's `.tmp` never qualifies."""
-    found = sorted(ckpt_dir.glob("step-*.pt"))
-    return found[-1] if found else None
+def checkpoint_path(ckpt_dir, step):
+    return ckpt_dir / f"step-{step:04d}.pt"
+
+
+def checkpoints(ckpt_dir):
+    """The complete checkpoints, oldest first; a crash's `.tmp` never counts."""
+    return sorted(ckpt_dir.glob("step-*.pt"))
+
+
+def agreed_resume_step(ckpt_dir, rank):
+    """The step of rank 0's newest checkpoint (0: none), the same on every rank.
+
+    Rank 0 alone looks, so that all agree even if a save lands meanwhile; the step travels
+    as a tensor, with no pickling, and each rank finds the file by its name.
+    """
+    found = checkpoints(ckpt_dir) if rank == 0 else []
+    step = torch.tensor([int(found[-1].stem.removeprefix("step-")) if found else 0])
+    dist.broadcast(step, src=0)
+    return int(step.item())
 
 
 def save_atomically(ckpt_dir, step, model, optimizer):
-    """Write a temporary file, then rename it: a crash never leaves a half file."""
-    final = ckpt_dir / f"step-{step:04d}.pt"
+    """Write a temporary file, force it to disk, then rename it: a crash never leaves a
+    half file, and a reader on another node sees no file or all of it. Then prune."""
+    final = checkpoint_path(ckpt_dir, step)
     tmp = final.with_suffix(".tmp")
     state = {"step": step, "model": model.state_dict(), "opt": optimizer.state_dict()}
-    torch.save(state, tmp)
-    os.replace(tmp, final)  # atomic on POSIX: a reader sees no file or all of it
+    with open(tmp, "wb") as file:
+        torch.save(state, file)
+        file.flush()
+        os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+    os.replace(tmp, final)  # atomic on POSIX
+    for old in checkpoints(ckpt_dir)[:-KEEP]:
+        old.unlink()
 
 
 def params_hex(model):
@@ -113,19 +137,16 @@ def train(args):
     per_rank = SAMPLES // world
     dataset = data_set()
     sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=SEED)
-    model = DDP(new_model())
+    model = new_model()
     optimizer = new_optimizer(model.parameters())
 
-    # Resume: rank 0 picks the checkpoint and tells the others, so that all agree.
-    newest = newest_checkpoint(ckpt_dir) if rank == 0 else None
-    chosen = [newest.name if newest else None]
-    dist.broadcast_object_list(chosen, src=0)
-    start = 0
-    if chosen[0] is not None:
-        state = torch.load(ckpt_dir / chosen[0], weights_only=True)
-        model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["opt"])
-        start = state["step"]
+    # Resume before DDP wraps the model: its constructor then broadcasts the restored weights.
+    start = agreed_resume_step(ckpt_dir, rank)
+    if start:
+        state = torch.load(checkpoint_path(ckpt_dir, start), weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["opt"])  # momentum: every rank needs its own copy
+    model = DDP(model)
     report(
         "start",
         group_rank=int(os.environ["GROUP_RANK"]),
