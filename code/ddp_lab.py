@@ -732,7 +732,9 @@ def bandwidth(nbytes, seconds, world_size):
 
 def time_all_reduce(nbytes, device, sync, dtype=torch.float32, warmup=2, reps=7, iters=1):
     """all_reduce of nbytes: the slowest rank's median time, with algbw and busbw."""
-    x = torch.ones(nbytes // itemsize(dtype), dtype=dtype, device=device)
+    # Zeros: one buffer is reduced in place call after call, and a sum of zeros stays zero.
+    # Ones would grow p-fold a call, and reach inf after 128 calls in float32 at p = 2.
+    x = torch.zeros(nbytes // itemsize(dtype), dtype=dtype, device=device)
     dist.barrier()  # start together; after that each all_reduce keeps the ranks in step
     seconds = median_seconds(lambda: dist.all_reduce(x), sync, warmup, reps, iters)
     return bandwidth(nbytes, slowest_rank(seconds, device), dist.get_world_size())
@@ -750,10 +752,12 @@ def itemsize(dtype):
 
 
 def time_memcpy(nbytes, device, sync, warmup=2, reps=7, iters=1):
-    """One tensor copied into another (copy_), the device's memory bandwidth at this size.
+    """One tensor copied into another (copy_): the ceiling the sweep compares busbw with.
 
-    The convention, stated once and used everywhere: bytes moved = bytes read + bytes written
-    = 2 * nbytes, as STREAM's copy kernel counts them.
+    The convention, stated once and used everywhere: GBps counts each byte copied once,
+    nbytes / seconds, as busbw counts each byte a rank sends once. (STREAM's copy counts
+    bytes read plus bytes written, twice as many.) So at p = 2, where busbw = algbw, an
+    all_reduce that takes as long as the copy of its buffer has the copy's GBps as busbw.
     """
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
@@ -761,8 +765,8 @@ def time_memcpy(nbytes, device, sync, warmup=2, reps=7, iters=1):
     return {
         "bytes": nbytes,
         "seconds": seconds,
-        "GBps": 2 * nbytes / seconds / 1e9,
-        "convention": "bytes read + bytes written",
+        "GBps": nbytes / seconds / 1e9,
+        "convention": "bytes copied, each counted once, as busbw counts bytes sent",
     }
 
 
