@@ -43,8 +43,9 @@ def log_on_rank0_then_monitored_barrier(rank, world_size):
     loss = local_loss(rank)
     if rank == 0:
         dist.all_reduce(loss)
-    # gloo only: rank 0 collects an arrival from every other rank, so a rank that did arrive
-    # can tell which one it waited for.
+    # It needs a group with a CPU-capable backend: gloo, or one such as "cpu:gloo,cuda:nccl"
+    # (torch 2.13 took exactly "gloo"). Rank 0 collects an arrival from every other rank, so
+    # a rank that did arrive can tell which one it waited for.
     timeout = datetime.timedelta(seconds=args.pg_timeout_s)
     dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
     return loss.item()
