@@ -19,8 +19,11 @@ buckets. Warm-up iterations come first: DDP puts every gradient in one bucket on
 iteration and rebuilds its buckets from the order it observed, so only later ones show the
 buckets it keeps. The figure uses the iteration with the median step time of each method.
 
-On CPU the ranks' compute and gloo's threads share a few cores, so how much overlap buys here
-is a measurement of this machine, not a promise about GPUs.
+Each rank is pinned to one core of its own (Linux; elsewhere the OS places them), and that core
+does both the rank's backward and its share of gloo's all_reduce: copying through sockets and
+adding are CPU work too. An all_reduce started during backward therefore slows that backward,
+and the step saves less than the time the all_reduces overlapped it. Overlap pays where
+communication has hardware of its own (a GPU's copy engines and the network, under NCCL).
 
 The --json file (one object):
   world_size, backend, layers, width, batch, bucket_cap_mb, warmup, iterations
@@ -31,6 +34,8 @@ The --json file (one object):
   naive              {runs: [{ready, allreduces: [{param, bytes, launch_s, done_s}],
                       backward_s, step_s}], shown}
   grad_max_abs_diff  largest |DDP grad - naive grad| on rank 0, last iteration (same math)
+  cores              {available, pinned}: the cores this script could use, and whether each
+                      rank ran on one core of its own
   env                provenance.machine_facts()
 """
 
@@ -162,6 +167,19 @@ def naive_backward(model, timeline, x, y, world_size):
     return {"ready": timeline.ready, "allreduces": calls, "backward_s": backward, "step_s": done}
 
 
+def pin_to_one_core(rank, world_size):
+    """Give this rank one core of its own, for its compute and gloo's threads alike.
+
+    Returns (cores available, pinned one each). Pinned before init_process_group, so that the
+    threads gloo starts there inherit the core.
+    """
+    if not hasattr(os, "sched_setaffinity"):  # macOS, Windows: the OS places the ranks
+        return os.cpu_count(), False
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    return len(cores), len(cores) >= world_size
+
+
 def rank_worker(rank, world_size, run_dir, args):
     import copy
     import datetime
@@ -170,7 +188,8 @@ def rank_worker(rank, world_size, run_dir, args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    torch.set_num_threads(1)  # the ranks share the machine's cores
+    available, pinned = pin_to_one_core(rank, world_size)
+    torch.set_num_threads(1)  # one core per rank: one compute thread
     dist.init_process_group(
         "gloo",
         init_method="file://" + os.path.join(run_dir, "store"),
@@ -214,6 +233,7 @@ def rank_worker(rank, world_size, run_dir, args):
                 "ddp": {"runs": ddp_runs, "shown": median_index(ddp_runs)},
                 "naive": {"runs": naive_runs, "shown": median_index(naive_runs)},
                 "grad_max_abs_diff": diff,
+                "cores": {"available": available, "pinned": pinned},
             }
             with open(os.path.join(run_dir, "rank0.json"), "w") as file:
                 json.dump(measured, file)
@@ -270,6 +290,9 @@ def print_report(args, result):
             f"[{', '.join(bucket['params'])}] {ms(bucket['launch_s'])} -> {ms(bucket['done_s'])}"
         )
     print(f"largest |DDP grad - naive grad|: {result['grad_max_abs_diff']:.1e}")
+    cores = result["cores"]
+    where = "one core of its own" if cores["pinned"] else "cores the OS chose"
+    print(f"each rank ran on {where} ({cores['available']} available)")
 
 
 def main(argv=None):
