@@ -98,6 +98,10 @@ MUTANTS = {
     "DDP reduces in the parameters' dtype": [
         ("nn.Linear(16, 4).to(param_dtype)", "nn.Linear(16, 4).to(torch.bfloat16)"),
     ],
+    # fp16's hook is not checked against the build: a CPU-only build accepts it too
+    "bf16_compress_hook, by build": [
+        ("default_hooks.bf16_compress_hook)", "default_hooks.fp16_compress_hook)"),
+    ],
     "no_sync and a counting hook": [
         ("with wrapped.no_sync():", "with torch.enable_grad():"),
         (
