@@ -16,6 +16,12 @@ plus links to the sections that printed them.
 The index cannot drift from the runs. A message that no marker matches fails the build, so a
 new or reworded error gets a section. A marker that matches nothing fails it too, unless it is
 written `<!-- errors-sometimes: ... -->`: a message that depends on which rank gives up first.
+
+gloo starts its messages with the place in its sources that raised them, a path on the machine
+that built torch (`[/__w/pytorch/.../unbound_buffer.cc:78] Timed out waiting ...`): on a phone
+the message itself began off the screen. `lead_with_messages` leaves every such line verbatim
+in the page, for search, the page's find and the copy button, and marks its three parts, so
+that extra.css shows the message first and the path after it.
 """
 
 import re
@@ -91,3 +97,27 @@ def render(markdown, records, slugify, page_uri):
             f"matches; give each a section:\n{listed}"
         )
     return markdown
+
+
+# A line of a code block that carries a gloo message: what comes before it (a rank, the
+# exception's name), the build path in brackets, then the message.
+PATH_FIRST = re.compile(
+    r"^(?P<open>(?:<[^>]*>)*)(?P<lead>[^<\n]*?(?<![\w.])[A-Z]\w*(?:Error|Exception): )"
+    r"(?P<path>\[/[^\]\s<]+:\d+\] ?)(?P<message>[^<\s][^<\n]*)",
+    re.M,
+)
+PRE = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", re.S)
+
+
+def lead_with_messages(content):
+    """Each code line `LEAD [PATH:LINE] MESSAGE` wrapped in spans that CSS puts in the order
+    LEAD, MESSAGE, PATH; the text and its order in the page stay as the run printed them."""
+
+    def mark(line):
+        spans = "".join(
+            f'<span class="error-line__{name}">{line[name]}</span>'
+            for name in ("lead", "path", "message")
+        )
+        return f'{line["open"]}<span class="error-line">{spans}</span>'
+
+    return PRE.sub(lambda pre: pre[1] + PATH_FIRST.sub(mark, pre[2]) + pre[3], content)

@@ -97,3 +97,7 @@ def on_post_build(config):
     for path in site.rglob("*.html"):
         if labrunner.TRACEBACK in path.read_text(encoding="utf-8", errors="replace"):
             raise PluginError(f"{path.relative_to(site)} contains a Python traceback")
+def on_page_content(content, page, config, files):
+    return error_index.lead_with_messages(content)
+
+

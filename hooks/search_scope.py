@@ -12,8 +12,9 @@ messages into the search.
 
 import re
 
-CODE_BLOCK = re.compile(r'<div class="highlight"')
+# a block as Python-Markdown writes it, its language named or not (`language-bash highlight`)
+CODE_BLOCK = re.compile(r'<div class="((?:language-[\w+#.-]+ )?highlight)"')
 
 
 def on_page_content(content, page, config, files):
-    return CODE_BLOCK.sub('<div class="highlight" data-search-exclude', content)
+    return CODE_BLOCK.sub(r'<div class="\1" data-search-exclude', content)

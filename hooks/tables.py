@@ -11,8 +11,17 @@ build also writes `assets/stylesheets/tables.css`: every rule Material has for a
 aimed at this class instead. Material stays the one home of how a table looks.
 site_tests/test_page_hooks.py checks both halves, and test_browser.py that a built table
 looks exactly as a table Material mounted.
+
+A table of prose (three columns or more, and a cell of more than CARD_CHARS characters) cannot
+be read on a phone in columns: the cheat sheet's "What it does" came out a letter or two wide,
+and chapter 6's failure table ran 1,045 px wide with its last columns out of sight. Such a
+table also gets the class CARDS, and each of its cells the heading of its column as
+`data-label`; on a narrow screen extra.css shows each row as a card, every cell under its
+column's name.
 """
 
+import html
+import html.parser
 import pathlib
 import re
 
@@ -29,8 +38,70 @@ WRAPPED = (
 STYLESHEET = "assets/stylesheets/tables.css"  # listed under extra_css in mkdocs.yml
 
 
+CARDS = "course-table--cards"
+CARD_CHARS = 50  # a cell longer than this is prose, not a value
+ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+CELL_OPENING = re.compile(r"<(?P<tag>td|th)(?P<attributes>[^>]*)>")
+
+
 def on_page_content(content, page, config, files):
-    return TABLE.sub(lambda table: WRAPPED.format(table[1]), content)
+    return TABLE.sub(lambda table: built(table[1]), content)
+
+
+def built(inner):
+    """A table's inner HTML, wrapped as Material mounts it; a table of prose gets cards."""
+    rows = [cells_text(row) for row in ROW.findall(inner)]
+    longest = max((len(cell) for row in rows[1:] for cell in row), default=0)
+    if not rows or len(rows[0]) < 3 or longest <= CARD_CHARS:
+        return WRAPPED.format(inner)
+    headings = rows[0]
+
+    def labelled(row):
+        cells = iter(headings)
+
+        def label(opening):
+            if opening["tag"] == "th":
+                return opening[0]
+            name = html.escape(next(cells, ""), quote=True)
+            return f'<td{opening["attributes"]} data-label="{name}">'
+
+        return f"<tr>{CELL_OPENING.sub(label, row[1])}</tr>"
+
+    cards = ROW.sub(labelled, inner)
+    return WRAPPED.replace(f'class="{TABLE_CLASS}"', f'class="{TABLE_CLASS} {CARDS}"').format(cards)
+
+
+class _CellText(html.parser.HTMLParser):
+    """The text of each cell of one row, formulas left out (KaTeX writes each one twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self.math_depth, self.depth = [], 0, 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("td", "th"):
+            self.cells.append("")
+            return
+        self.depth += 1
+        if self.math_depth or "arithmatex" in (dict(attrs).get("class") or "").split():
+            self.math_depth += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            return
+        self.depth -= 1
+        if self.math_depth:
+            self.math_depth -= 1
+
+    def handle_data(self, data):
+        if self.cells and not self.math_depth:
+            self.cells[-1] += data
+
+
+def cells_text(row):
+    parser = _CellText()
+    parser.feed(row)
+    return [" ".join(text.split()) for text in parser.cells]
 
 
 def on_post_build(config):

@@ -756,7 +756,7 @@ def error_index(site):
     """(messages, section anchors) of the gallery's error index, as the build wrote them."""
     markup = (site / "failures" / "index.html").read_text(encoding="utf-8")
     part = markup.split('id="find-your-error-message"', 1)[1].split("<h2 ", 1)[0]
-    blocks = re.findall(r'<div class="error-message highlight"><pre>(.*?)</pre>', part, re.S)
+    blocks = re.findall(r'<div class="[^"]*error-message highlight"><pre>(.*?)</pre>', part, re.S)
     lines = (html.unescape(re.sub(r"<[^>]+>", "", block)).splitlines() for block in blocks)
     messages = dict.fromkeys(line for block in lines for line in block if line.strip())
     return list(messages), re.findall(r'<h3 id="([^"]+)"', part)
@@ -1044,3 +1044,190 @@ def test_gloo_lab_page_shows_the_ddp_code_before_the_script(seen):
     assert ddp_first < script, titles
     # the script, with its argparse and forkserver, is folded
     assert page.locator("details:has(.filename:text-is('code/26_ddp_gloo.py'))").count() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference material on a phone: what a reader at 390 px cannot read is measured, not guessed
+# ---------------------------------------------------------------------------------------------
+# Where `el` sits in a box that scrolls sideways: the box, its hidden width, and whether it
+# shows that it scrolls (extra.css: a shadow that stays with the box, under covers that scroll
+# with the content). `null` when nothing around `el` is cut off.
+CUT_OFF = """
+const cutOff = (el) => {
+  for (let box = el; box && box.tagName !== "ARTICLE"; box = box.parentElement) {
+    if (!["auto", "scroll"].includes(getComputedStyle(box).overflowX)) continue;
+    const hidden = box.scrollWidth - box.clientWidth;
+    if (hidden <= 1) continue;
+    const style = getComputedStyle(box);
+    const hint = style.backgroundImage.includes("gradient")
+      && style.backgroundAttachment.includes("local");
+    return {hidden, hint, box: `${box.tagName}.${box.className}`};
+  }
+  return null;
+};
+"""
+CELL_CHARS = 8  # a cell holding more text than this is at least this many letters wide
+
+
+def test_table_cells_on_a_phone_are_wide_enough_to_read(seen, site_build):
+    """The cheat sheet's "What it does" came out one or two letters a line; chapter 6's failure
+    table ran 1,045 px wide, its Rule and Fix off the screen with no sign they were there."""
+    with_tables = pages_with(site_build, "<table")
+    assert "cheatsheet/" in with_tables and "chapters/06-debugging/" in with_tables
+
+    def check(path):
+        page = seen(path, "phone").page
+        reveal_everything(page)
+        return page.evaluate(
+            CUT_OFF
+            + """(chars) => {
+            const found = [];
+            for (const cell of document.querySelectorAll("article table :is(td, th)")) {
+              if (cell.getClientRects().length === 0) continue;
+              const hidden = cell.closest("thead");  // a card shows the heading in each cell
+              if (hidden && getComputedStyle(hidden).clipPath !== "none") continue;
+              // the text a reader sees: a formula's MathML copy for screen readers left out
+              const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+              let text = "";
+              for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                if (!n.parentElement.closest(".katex-mathml")) text += n.data;
+              }
+              text = text.replace(/\\s+/g, " ").trim();
+              const style = getComputedStyle(cell);
+              const width = cell.clientWidth - parseFloat(style.paddingLeft)
+                - parseFloat(style.paddingRight);
+              const letter = parseFloat(style.fontSize) / 2;  // an average letter, about
+              if (text.length > chars && width < chars * letter) {
+                found.push(`${Math.round(width / letter)} letters wide: ${text.slice(0, 40)}`);
+              }
+            }
+            for (const table of document.querySelectorAll("article table")) {
+              const cut = cutOff(table);
+              if (cut && !cut.hint) {
+                const head = table.querySelector("th, td").innerText.trim().slice(0, 30);
+                found.push(`a table (${head}...) hides ${cut.hidden} px with no hint`);
+              }
+            }
+            return found.slice(0, 6);
+          }""",
+            CELL_CHARS,
+        )
+
+    assert not (failed := each_page(with_tables, check)), failed
+
+
+# The display formulas a reader reported cut off: they must fit a phone outright.
+MUST_FIT = {"chapters/03-ddp/": "\\nabla L", "chapters/07-scaling/": "t_{\\text{all-reduce}}"}
+
+
+def test_display_equations_fit_a_phone_or_show_that_they_scroll(seen, site_build):
+    with_math = pages_with(site_build, 'class="katex-display"')
+    assert set(MUST_FIT) <= set(with_math), with_math
+
+    def check(path):
+        page = seen(path, "phone").page
+        reveal_everything(page)
+        found = page.evaluate(
+            CUT_OFF
+            + """(mustFit) => {
+            const found = [];
+            for (const display of document.querySelectorAll("article .katex-display")) {
+              if (display.getClientRects().length === 0) continue;
+              const tex = display.querySelector("annotation").textContent;
+              const cut = cutOff(display);
+              if (!cut) continue;
+              if (!cut.hint) found.push(`${cut.hidden} px cut off, no hint: ${tex.slice(0, 50)}`);
+              else if (mustFit && tex.includes(mustFit)) {
+                found.push(`${cut.hidden} px to scroll: ${tex.slice(0, 50)}`);
+              }
+            }
+            return found;
+          }""",
+            MUST_FIT.get(path),
+        )
+        return found
+
+    assert not (failed := each_page(with_math, check)), failed
+
+
+def test_no_command_diff_or_output_line_is_cut_off_on_a_phone(seen, pages):
+    """Chapter 1's torchrun line and its diff ended off the screen. Commands and what a run
+    printed wrap; code that scrolls (Python and diffs keep their lines) shows that it does."""
+
+    def check(path):
+        page = seen(path, "phone").page
+        reveal_everything(page)
+        return page.evaluate(
+            CUT_OFF
+            + """() => {
+            const found = [];
+            const wraps = ".language-bash, .language-console, .language-text";
+            for (const code of document.querySelectorAll("article .highlight pre > code")) {
+              if (code.getClientRects().length === 0) continue;
+              const cut = cutOff(code);
+              if (!cut) continue;
+              const longest = code.textContent.split("\\n")
+                .reduce((a, b) => (b.length > a.length ? b : a), "").trim().slice(0, 50);
+              if (code.closest(wraps)) found.push(`${cut.hidden} px cut off: ${longest}`);
+              else if (!cut.hint) found.push(`${cut.hidden} px, no hint: ${longest}`);
+            }
+            return found.slice(0, 5);
+          }"""
+        )
+
+    assert not (failed := each_page(pages, check)), failed
+
+
+def test_the_gallerys_error_messages_come_first_and_clear_of_the_copy_button(seen):
+    """gloo's messages start with a build path, `[/__w/pytorch/...:78] Timed out ...`: on a phone
+    the message began off the screen, and the copy button sat on the first line's text."""
+    page = seen("failures/", "phone").page
+    reveal_everything(page)
+    found = page.evaluate(
+        """() => {
+        const found = [];
+        let messages = 0;
+        for (const code of document.querySelectorAll("article .highlight pre > code")) {
+          if (code.getClientRects().length === 0) continue;
+          const box = code.getBoundingClientRect();
+          // each message's first word, found in the text as the run printed it
+          const texts = [];
+          const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+          for (let n = walker.nextNode(); n; n = walker.nextNode()) texts.push(n);
+          const whole = texts.map((n) => n.data).join("");
+          for (const match of whole.matchAll(/Error: \\[\\/[^\\]\\s]+:\\d+\\] ?(\\S+)/g)) {
+            messages += 1;
+            let at = match.index + match[0].length - match[1].length;
+            let node = texts[0];
+            for (node of texts) {
+              if (at < node.data.length) break;
+              at -= node.data.length;
+            }
+            const range = document.createRange();
+            range.setStart(node, at);
+            range.setEnd(node, Math.min(node.data.length, at + match[1].length));
+            const word = range.getBoundingClientRect();
+            if (word.left < box.left - 1 || word.right > box.right + 1) {
+              found.push(`message off screen (${Math.round(word.left)} px): ${match[1]}`);
+            }
+          }
+          const block = code.closest(".highlight");
+          const button = block.querySelector(".md-clipboard, .md-code__button");
+          if (!button || button.getClientRects().length === 0) continue;
+          const b = button.getBoundingClientRect();
+          const range = document.createRange();
+          range.selectNodeContents(code);
+          for (const line of range.getClientRects()) {
+            const overlap = line.right > b.left && line.left < b.right
+              && line.bottom > b.top && line.top < b.bottom && line.width > 0;
+            if (overlap) {
+              found.push(`copy button over text: ${code.textContent.slice(0, 40)}`);
+              break;
+            }
+          }
+        }
+        return {found: found.slice(0, 8), messages};
+      }"""
+    )
+    assert found["messages"] >= 5, f"too few gloo messages found: {found}"
+    assert not found["found"], found["found"]

@@ -2,12 +2,13 @@
 // there (axe and Lighthouse check each of these):
 // - a task list's checkbox sits in an empty label: name it after its item's text;
 // - a code block, table or formula that scrolls sideways must take keyboard focus, or a
-//   keyboard cannot scroll it. Which ones scroll depends on the screen, so this is redone on
+//   keyboard cannot scroll it (on a phone a table scrolls in its own box, extra.css). Which ones scroll depends on the screen, so this is redone on
 //   every resize. A closed fold's blocks are measured when it opens: measuring one sooner makes
 //   the browser lay out the whole fold, the bulk of a long page's load on a phone.
 (() => {
   const SCROLLERS =
-    "article :is(pre > code, .md-typeset__scrollwrap, .arithmatex, .fig-scroll, .highlight-ipynb)";
+    "article :is(pre > code, .md-typeset__scrollwrap, table.course-table, .arithmatex, " +
+    ".fig-scroll, .highlight-ipynb)";
 
   function nameCheckboxes(root) {
     for (const box of root.querySelectorAll(".task-list-item input:not([aria-label])")) {
