@@ -503,3 +503,32 @@ def test_every_error_the_gallery_printed_is_indexed_for_search(built_site):
         for message in messages:
             homes = {where for where, text in sections.items() if message in text}
             assert homes & entries, f"{name}: {message!r} is in no error-index section"
+
+
+# The site was split from one long page, "the module", which also named its sibling modules by
+# number ("FSDP (module 27)"). None of them is published: a reader who follows such a pointer
+# finds nothing. Code is left out (a DDP wrapper's `.module` is another matter).
+MODULE_LEFTOVER = re.compile(r"\b(?:modules? \d+|the module's|(?:in|from|read) the module)\b", re.I)
+
+
+def module_leftovers(markup):
+    article = markup.split("<article", 1)[-1].split("</article>", 1)[0]
+    prose = re.sub(r"<(pre|code)\b.*?</\1>", " ", article, flags=re.S)
+    text = visible_text(prose)
+    return [text[max(0, m.start() - 40) : m.end() + 20] for m in MODULE_LEFTOVER.finditer(text)]
+
+
+def test_a_pointer_to_the_old_module_is_caught():
+    old = "<article><p>FSDP (module 27) shards it. Read <a>the module</a> first.</p></article>"
+    assert len(module_leftovers(old)) == 2
+    ours = "<article><p>Save <code>ddp.module</code>, the module inside the wrapper.</p></article>"
+    assert module_leftovers(ours) == []
+
+
+def test_no_page_points_at_the_one_page_module_it_was_split_from(built_site):
+    site, _ = built_site
+    found = {}
+    for index in sorted(site.rglob("index.html")):
+        if hits := module_leftovers(index.read_text(encoding="utf-8")):
+            found[index.parent.relative_to(site).as_posix()] = hits[:3]
+    assert not found, found
