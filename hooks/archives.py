@@ -5,12 +5,14 @@ An archive is declared once in mkdocs.yml, under `extra.archives`:
     archives:
       exercises:
         base: exercises                 # files sit in the zip at their path below this folder
-        paths: [exercises/*.py, exercises/pytest.ini]   # globs, from the repository root
+        paths: [exercises/*.py, exercises/pytest.ini]   # globs, from the repository root,
+                                        # with every project module a script imports
         readme: exercises/README.md     # stored as NAME/README.md
       gloo-lab:
         base: code
         lab: gloo                       # instead of paths: a run declared under
         readme: code/readme/gloo-lab.md  # extra.lab_runs, with every module it imports
+                                        # and its `inputs` that sit under base
 
 and a page asks for its link with a marker on a line of its own:
 
@@ -81,7 +83,10 @@ def contents(name, spec, root, lab_runs):
         if spec["lab"] not in lab_runs:
             raise PluginError(f"archive {name!r}: no lab run {spec['lab']!r} is declared")
         try:
-            return labrunner.LabRun(spec["lab"], lab_runs[spec["lab"]], root).sources
+            run = labrunner.LabRun(spec["lab"], lab_runs[spec["lab"]], root)
+            # and the files it runs without importing, where they sit beside it
+            base = (root / spec["base"]).resolve()
+            return [*run.sources, *(p for p in run.input_files if p.is_relative_to(base))]
         except labrunner.LabError as error:
             raise PluginError(str(error)) from None
     found = []
@@ -90,6 +95,13 @@ def contents(name, spec, root, lab_runs):
         if not matched:
             raise PluginError(f"archive {name!r}: {pattern!r} matches no file")
         found += matched
+    # and every project module a script imports, directly or not: unpacked alone, it runs
+    todo = [path for path in found if path.suffix == ".py"]
+    while todo:
+        for module in labrunner.project_imports(todo.pop(), root):
+            if module not in (path.resolve() for path in found):
+                found.append(module)
+                todo.append(module)
     return found
 
 

@@ -150,6 +150,10 @@ def source_view(context):
         text += ", and the modules it imports, which must sit in the same folder: " + ", ".join(
             download(path) for path in helpers
         )
+    code = context.root / "code"
+    if started := [p for p in context.run.input_files if p.is_relative_to(code)]:
+        text += "; it also runs " + ", ".join(download(path) for path in started)
+        text += ", which must sit beside it too"
     text += ".\n\n"
     first = [
         (path, title, body)

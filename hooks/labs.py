@@ -64,7 +64,7 @@ def on_files(files, config):
         except labrunner.LabError as error:
             raise PluginError(str(error)) from None
     for run in RUNS.values():
-        for path in run.sources:
+        for path in published(run):
             uri = path.relative_to(run.root).as_posix()
             if files.get_file_from_path(uri) is None:
                 files.append(File.generated(config, uri, abs_src_path=str(path)))
@@ -73,6 +73,13 @@ def on_files(files, config):
         for uri, content in lab_views.artifacts(name, record, cache).items():
             files.append(File.generated(config, uri, content=content))
     return files
+
+
+def published(run):
+    """What a reader downloads beside a run's script: the modules it imports, and the files
+    in code/ that it runs without importing (the two-node lab starts store_outsider.py)."""
+    code = run.root / "code"
+    return [*run.sources, *(path for path in run.input_files if path.is_relative_to(code))]
 
 
 def on_page_markdown(markdown, page, config, files):

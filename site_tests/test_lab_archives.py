@@ -46,3 +46,26 @@ def test_the_first_job_download_holds_both_scripts(built_site, tmp_path, script)
     done = run_alone(folder, script, "--help")
     assert done.returncode == 0, done.stderr
     assert "--checkpoint" in done.stdout
+
+
+def test_the_two_node_lab_download_holds_what_it_imports_and_what_it_runs(built_site, tmp_path):
+    """26_two_nodes.py imports elastic_train.py and starts store_outsider.py in a namespace."""
+    folder = unpack(built_site, "two-nodes-lab", tmp_path)
+    for needed in ("26_two_nodes.py", "elastic_train.py", "store_outsider.py", "lab_cli.py"):
+        assert (folder / needed).is_file(), f"two-nodes-lab.zip lacks {needed}"
+    done = run_alone(folder, "26_two_nodes.py", "--help")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_failure_scripts_run_from_their_download(built_site, tmp_path):
+    folder = unpack(built_site, "failure-gallery", tmp_path)
+    done = run_alone(folder, "failures/set_epoch.py")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout
+
+
+def test_every_file_a_lab_runs_is_published_beside_its_script(built_site):
+    """The lab pages link to site/code/...: a file a lab starts (not imports) is there too."""
+    site, _ = built_site
+    for name in ("26_two_nodes.py", "elastic_train.py", "store_outsider.py"):
+        assert (site / "code" / name).is_file(), f"site/code/{name} is missing"
