@@ -112,8 +112,9 @@ def test_every_rank_starts_from_rank_0s_parameters_and_buffers(ranks, reference)
             if not torch.equal(tensor, reference["start"][name])
         ]
         assert not differ, (
-            f"after broadcast_parameters, rank {rank}'s {', '.join(differ)} differ from rank "
-            "0's, and the ranks built their models from different seeds: broadcast every "
+            f"after broadcast_parameters, rank {rank}'s {', '.join(differ)} "
+            f"{'differ' if len(differ) > 1 else 'differs'} from rank 0's, and the ranks built "
+            "their models from different seeds: broadcast every "
             "parameter, frozen ones too, and every buffer"
         )
 

@@ -149,8 +149,9 @@ def test_construction_copies_rank_0s_parameters_and_buffers(construction):
             if not torch.equal(tensor, expected[name])
         ]
         assert not differ, (
-            f"after BucketedDataParallel(...), rank {rank}'s {', '.join(differ)} differ from "
-            "rank 0's, and the ranks built their models from different seeds: in __init__, "
+            f"after BucketedDataParallel(...), rank {rank}'s {', '.join(differ)} "
+            f"{'differ' if len(differ) > 1 else 'differs'} from rank 0's, and the ranks built "
+            "their models from different seeds: in __init__, "
             "broadcast rank 0's parameters, frozen ones too, and buffers, as torch's DDP does"
         )
 

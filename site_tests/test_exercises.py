@@ -345,7 +345,7 @@ EXPECTED = {
     ),
     ("fourth", 3): ({"*"}, "registered a hook on embed.weight, a frozen parameter"),
     ("fifth", 3): ({"*"}, "registered 2 hooks on middle.weight (tied to again.weight)"),
-    ("sixth", 3): ({"*"}, "rank 1's shift (a buffer) differ from rank 0's"),
+    ("sixth", 3): ({"*"}, "rank 1's shift (a buffer) differs from rank 0's"),
 }
 
 
