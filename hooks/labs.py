@@ -98,13 +98,13 @@ def on_page_markdown(markdown, page, config, files):
     return lab_views.MARKER.sub(replace, markdown)
 
 
+def on_page_content(content, page, config, files):
+    return error_index.lead_with_messages(content)
+
+
 def on_post_build(config):
     """No page may show a traceback, whatever produced it."""
     site = pathlib.Path(config.site_dir)
     for path in site.rglob("*.html"):
         if labrunner.TRACEBACK in path.read_text(encoding="utf-8", errors="replace"):
             raise PluginError(f"{path.relative_to(site)} contains a Python traceback")
-def on_page_content(content, page, config, files):
-    return error_index.lead_with_messages(content)
-
-
