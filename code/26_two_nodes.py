@@ -53,6 +53,7 @@ import time
 import uuid
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -78,17 +79,18 @@ def parse_args(argv=None):
         default=4,
         help="step at which rank 3 crashes (restart job)",
     )
+    # Both defaults are written for a machine where `import torch` takes 2 s, and stretched
+    # for a slower one (pace.py); a run takes about a minute on such a machine.
     parser.add_argument(
         "--join-timeout",
         type=float,
-        default=90,  # node 1 starts late, after the outsider's visit; machines are busy
-        help="seconds torchrun's rendezvous waits for every node before giving up",
+        help="seconds torchrun's rendezvous waits for every node before giving up "
+        "(default 90, at this machine's pace: node 1 starts late, after the outsider's visit)",
     )
     parser.add_argument(
         "--deadline",
         type=float,
-        default=60,
-        help="seconds before the whole run is stopped",
+        help="seconds before the whole run is stopped (default 150, at this machine's pace)",
     )
     parser.add_argument(
         "--nodes-up",
@@ -104,7 +106,7 @@ def parse_args(argv=None):
     if not 2 <= args.crash_at_step <= args.steps:
         parser.error(f"--crash-at-step must be between 2 and --steps ({args.steps})")
     for option in ("join_timeout", "deadline"):
-        if not getattr(args, option) > 0:
+        if getattr(args, option) is not None and not getattr(args, option) > 0:
             flag = "--" + option.replace("_", "-")
             parser.error(f"{flag} must be a positive number of seconds")
     folder = os.path.dirname(os.path.abspath(args.json or "."))
@@ -124,6 +126,10 @@ def parse_args(argv=None):
     probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
     if probe.returncode != 0:
         parser.error("cannot create network namespaces here (needs CAP_SYS_ADMIN)")
+    if args.join_timeout is None:
+        args.join_timeout = round(pace.limit(90))  # torchrun reads whole seconds
+    if args.deadline is None:
+        args.deadline = pace.limit(150)
     return args
 
 

@@ -36,7 +36,9 @@ import fencerunner  # noqa: E402
 import labrunner  # noqa: E402
 
 RUNNER = pathlib.Path(__file__).with_name("fencerunner.py")
-PAGE_TIMEOUT_S = 180  # all of one page's uncached fences, torch import included
+PAGE_TIMEOUT_S = (
+    180  # all of one page's uncached fences, torch import included, at pace's reference
+)
 OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 PYTHON_INFO = re.compile(r"^(?:python3?|py)\b")
 
@@ -100,7 +102,9 @@ def run_uncached(fences, page, config):
             str(results),
         ]
         try:
-            subprocess.run(command, cwd=root, timeout=PAGE_TIMEOUT_S, check=True)
+            subprocess.run(
+                command, cwd=root, timeout=labrunner.pace().limit(PAGE_TIMEOUT_S), check=True
+            )
         except (subprocess.SubprocessError, OSError) as error:
             raise PluginError(f"{page.file.src_uri}: the fence runner failed: {error}") from None
         outcomes = json.loads(results.read_text())

@@ -184,7 +184,7 @@ def git_commit(root):
 
 
 def execute(run):
-    """Start the lab as a reader would, wait at most run.timeout, and return its record.
+    """Start the lab as a reader would, wait at most its time limit, and return its record.
 
     The lab gets a process group of its own, so that on a timeout the ranks it spawned are
     killed with it instead of outliving the build. It also gets a directory of its own as
@@ -195,6 +195,7 @@ def execute(run):
     writes in the current folder (a checkpoint) goes too; its record holds all it printed,
     stderr included (torchrun's OMP_NUM_THREADS banner), as a terminal shows it.
     """
+    timeout = time_limit(run)  # measured before the clock starts, and handed to the lab
     with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
         json_path = pathlib.Path(scratch) / "result.json"
         argv = run.argv(json_path)
@@ -210,11 +211,14 @@ def execute(run):
             env=lab_environment(run, scratch),
         )
         try:
-            stdout, stderr = proc.communicate(timeout=run.timeout)
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
-            raise LabFailed(run, f"timed out after {run.timeout:g} s", stdout, stderr) from None
+            what = (
+                f"timed out after {timeout:.0f} s (its {run.timeout:g} s, at this machine's pace)"
+            )
+            raise LabFailed(run, what, stdout, stderr) from None
         finally:
             kill_leftovers(proc.pid)
         wall = time.perf_counter() - clock
@@ -223,7 +227,7 @@ def execute(run):
         if TRACEBACK in stdout:
             raise LabFailed(run, "printed a traceback", stdout, stderr)
         if run.plain:  # the script reports nothing but its output: say where it ran
-            result = {"env": run_provenance(run.root).machine_facts(installed_torch())}
+            result = {"env": code_module(run.root, "provenance").machine_facts(installed_torch())}
         elif not json_path.is_file():
             raise LabFailed(run, "wrote no --json file", stdout, stderr)
         else:
@@ -240,12 +244,24 @@ def execute(run):
     }
 
 
-def run_provenance(root):
-    """code/provenance.py, the labs' own account of a machine, loaded by path."""
-    spec = importlib.util.spec_from_file_location("provenance", root / "code" / "provenance.py")
+@functools.cache
+def code_module(root, name):
+    """A module of `root`'s code/, loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, root / "code" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pace():
+    """The course's code/pace.py (whichever site is built): every time limit of the build is
+    written for its reference machine and stretched by `pace().limit` on a slower one."""
+    return code_module(ROOT, "pace")
+
+
+def time_limit(run):
+    """The run's declared timeout, at this machine's pace."""
+    return pace().limit(run.timeout)
 
 
 def lab_environment(run, scratch):
@@ -290,7 +306,7 @@ def load_record(run):
     cached = folder / "record.json"
     if cached.is_file():
         return json.loads(cached.read_text())
-    LOG.info(f"lab {run.name}: running {' '.join(run.command)} (timeout {run.timeout:g} s)")
+    LOG.info(f"lab {run.name}: running {' '.join(run.command)} (timeout {time_limit(run):.0f} s)")
     record = execute(run)
     LOG.info(f"lab {run.name}: finished in {record['wall_s']} s")
     folder.mkdir(parents=True, exist_ok=True)

@@ -4,15 +4,41 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "code"))
+import pace  # noqa: E402  (every time limit below is written for its reference machine)
+
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test's pytest-timeout (its own mark, else --timeout or the ini's), stretched for
+    this machine."""
+    default = config.getoption("timeout") or config.getini("timeout")
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        written = mark.args[0] if mark and mark.args else float(default)
+        item.add_marker(pytest.mark.timeout(pace.limit(written)), append=False)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The Lighthouse table, if the browser tests made one (site_tests/lighthouse_gate.py)."""
+    gate = sys.modules.get("site_tests.lighthouse_gate")
+    if gate is not None and gate.summary:
+        terminalreporter.section("Lighthouse, calibrated to this machine")
+        for line in gate.summary:
+            terminalreporter.write_line(line)
+
+
 def mkdocs_build(config, site_dir, cache_dir, timeout=BUILD_TIMEOUT):
-    """`mkdocs build --strict` of `config` into `site_dir`, with labs cached in `cache_dir`."""
+    """`mkdocs build --strict` of `config` into `site_dir`, with labs cached in `cache_dir`.
+
+    `timeout`, like every limit a test passes here, is written for pace's reference machine.
+    """
     env = dict(
         os.environ,
         LAB_CACHE_DIR=str(cache_dir),
@@ -33,7 +59,7 @@ def mkdocs_build(config, site_dir, cache_dir, timeout=BUILD_TIMEOUT):
         ],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=pace.limit(timeout),
         env=env,
         cwd=config.parent,
     )
@@ -43,7 +69,7 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
     """Run `python COMMAND` in an unpacked download, with none of the course's setup around.
 
     `hide` names environment variables the repository's own runs rely on and a reader who
-    downloaded the folder would not have.
+    downloaded the folder would not have. `timeout` is written for pace's reference machine.
     """
     env = {key: value for key, value in os.environ.items() if key not in hide}
     return subprocess.run(
@@ -52,8 +78,49 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=pace.limit(timeout),
     )
+
+
+# What the guardian runs: it waits for its stdin to close, which happens when the test session
+# ends however it ends (a SIGKILL included: the kernel closes the pipe), then kills every process
+# whose command line names the guarded folder and removes the folder.
+GUARDIAN = r"""
+import os, pathlib, shutil, signal, sys
+folder = sys.argv[1]
+sys.stdin.read()
+for proc in pathlib.Path("/proc").glob("[0-9]*"):
+    try:
+        if folder.encode() in (proc / "cmdline").read_bytes() and int(proc.name) != os.getpid():
+            os.kill(int(proc.name), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+@pytest.fixture(scope="session")
+def guarded_folder():
+    """A temporary folder for the servers and browsers the tests start, which die with it.
+
+    Start each such process with this folder in its command line (nginx's prefix, a browser's
+    profile, a tool's output path). A guardian outside the test session's process group holds a
+    pipe from this process: when the session ends, normally or killed, it kills every process
+    that names the folder and removes the folder, so that nothing outlives a killed run.
+    """
+    # Short names all the way down: Chromium's singleton socket lives in its TMPDIR, in here,
+    # and a Unix socket's path may not pass 107 bytes.
+    folder = tempfile.mkdtemp(prefix="guarded-")
+    guardian = subprocess.Popen(
+        [sys.executable, "-c", GUARDIAN, folder],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a kill of the session's process group spares it
+    )
+    try:
+        yield pathlib.Path(folder)
+    finally:
+        guardian.stdin.close()
+        guardian.wait(timeout=pace.limit(30))
 
 
 @pytest.fixture(scope="session")

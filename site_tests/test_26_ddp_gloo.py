@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 CODE = ROOT / "code"
 LAB = CODE / "26_ddp_gloo.py"
@@ -111,7 +111,7 @@ class Run:
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
         )
         try:
-            self.stdout, self.stderr = proc.communicate(timeout=RUN_TIMEOUT)
+            self.stdout, self.stderr = proc.communicate(timeout=pace.limit(RUN_TIMEOUT))
         except subprocess.TimeoutExpired:
             proc.kill()
             self.stdout, self.stderr = proc.communicate()
@@ -207,7 +207,7 @@ def launched(request, tmp_path_factory):
 @pytest.fixture
 def run(request, launched):
     """The finished run named by the test's `run` parameter."""
-    return launched[request.param].result(timeout=RUN_TIMEOUT + 30)
+    return launched[request.param].result(timeout=pace.limit(RUN_TIMEOUT + 30))
 
 
 def by_run(*names):
@@ -304,7 +304,7 @@ def test_sweep_covers_4_kib_to_64_mib(run):
 
 
 def test_four_runs_at_once_all_pass(launched):
-    runs = [launched[name].result(timeout=RUN_TIMEOUT + 30) for name in TOGETHER]
+    runs = [launched[name].result(timeout=pace.limit(RUN_TIMEOUT + 30)) for name in TOGETHER]
     assert all(run.returncode == 0 for run in runs), [run.explain() for run in runs]
     assert max(run.started for run in runs) < min(run.ended for run in runs), "not concurrent"
 
@@ -319,7 +319,7 @@ def test_run_leaves_nothing_behind(run):
 # Faults: a rank that raises, a rank that skips a collective
 # ---------------------------------------------------------------------------------------------
 def finished(launched, name):
-    return launched[name].result(timeout=RUN_TIMEOUT + 30)
+    return launched[name].result(timeout=pace.limit(RUN_TIMEOUT + 30))
 
 
 @by_run("crash")
@@ -383,7 +383,11 @@ def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses, tmp_pa
     env.update(PYTHONPATH=str(torch_refuses), TMPDIR=str(tmp_path))
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(LAB), *args], capture_output=True, text=True, env=env, timeout=30
+        [sys.executable, str(LAB), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=pace.limit(30),
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 from site_tests.test_26_ddp_gloo import (
     RUN_TIMEOUT,
     Run,
@@ -75,7 +75,11 @@ def assert_gpu_schema(r):
 # ---------------------------------------------------------------------------------------------
 def one_line_error(args, env):
     proc = subprocess.run(
-        [sys.executable, str(LAB), *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, str(LAB), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=pace.limit(60),
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
@@ -136,7 +140,7 @@ def registered_creators(switch):
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=pace.limit(60),
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 TRAINER = ROOT / "code" / "elastic_train.py"
 TIMEOUT_S = 90
@@ -69,7 +69,7 @@ def test_the_resume_step_travels_as_a_tensor(trainer, tmp_path, group, monkeypat
 def torchrun(ckpt_dir, steps):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc_per_node=2", str(TRAINER), f"--ckpt-dir={ckpt_dir}", f"--steps={steps}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=pace.limit(TIMEOUT_S))
     assert done.returncode == 0, done.stdout + done.stderr
     return [line for line in done.stdout.splitlines() if line.startswith("@@ ")]
 

@@ -31,7 +31,7 @@ import time
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT, mkdocs_build
+from site_tests.conftest import ROOT, mkdocs_build, pace
 
 sys.path.insert(0, str(ROOT / "hooks"))
 import labrunner  # noqa: E402
@@ -78,7 +78,7 @@ def grade(tmp_path, folder, *args):
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        output, _ = proc.communicate(timeout=pace.limit(RUN_TIMEOUT_S))
     finally:
         leftovers = still_running(proc.pid)
         if proc.poll() is None or leftovers:
@@ -473,7 +473,7 @@ def test_no_fence_of_an_included_section_is_collected_as_a_test(scratch_chapter)
         cwd=scratch_chapter,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=pace.limit(60),
     )
     assert "no tests collected" in proc.stdout, proc.stdout + proc.stderr
 

@@ -3,14 +3,17 @@
 import subprocess
 import sys
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 SCRIPT = ROOT / "site_tests" / "external_links.py"
 
 
 def run(*args):
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=30
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(30),
     )
 
 

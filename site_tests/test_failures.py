@@ -24,7 +24,7 @@ import time
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 FAILURES = ROOT / "code" / "failures"
 PAGE = ROOT / "docs" / "failures.md"
@@ -40,6 +40,7 @@ SCRIPTS = [
     "eval_padding",
 ]
 SINGLE_PROCESS = {"set_epoch", "eval_padding"}  # they need no process group
+# Written for pace's reference machine, like every limit of the suite (code/pace.py).
 RUN_TIMEOUT_S = 90  # per script, when the machine is busy; a healthy run takes a few seconds
 CASE_BOUND_S = 10  # no rank may need longer than this to fail (or to succeed)
 
@@ -89,11 +90,11 @@ def run_script(script, scratch, *args, env_extra=None):
         start_new_session=True,  # its ranks inherit the session: a leftover is easy to find
     )
     try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=pace.limit(RUN_TIMEOUT_S))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-        stderr += f"\n[test] killed after {RUN_TIMEOUT_S} s"
+        stderr += f"\n[test] killed after {pace.limit(RUN_TIMEOUT_S):.0f} s"
     seconds = time.monotonic() - started
     leftovers = session_members(proc.pid)
     for pid in leftovers:  # report them, and do not let them outlive the test
@@ -146,7 +147,9 @@ def test_every_rank_ends_within_the_bound(runs, name):
     for group, results in groups.items():
         for rank in results:
             assert rank["status"] != "killed", f"{name}/{group}: rank {rank['rank']} hung"
-            assert rank["seconds"] <= CASE_BOUND_S, f"{name}/{group}: rank {rank['rank']}"
+            assert rank["seconds"] <= pace.limit(CASE_BOUND_S), (
+                f"{name}/{group}: rank {rank['rank']}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +295,7 @@ def test_monitored_barrier_takes_a_group_with_a_cpu_backend(tmp_path):
         [sys.executable, "-c", MONITORED_BARRIER_ON_CPU_GLOO],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=pace.limit(60),
         env=dict(os.environ, TMPDIR=str(tmp_path)),
     )
     outcome = proc.stdout.strip()
@@ -328,7 +331,7 @@ def test_bad_arguments_fail_before_torch_loads():
         + ["--pg-timeout-s", "0"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=pace.limit(30),
     )
     assert proc.returncode == 2 and "--pg-timeout-s must be positive" in proc.stderr
     assert not re.search(r"\|\s+torch$", proc.stderr, re.MULTILINE), "torch was imported"
@@ -347,7 +350,7 @@ def python_with_harness(code, tmp_path, timeout=30):
         text=True,
         start_new_session=True,
     )
-    stdout, stderr = proc.communicate(timeout=timeout)
+    stdout, stderr = proc.communicate(timeout=pace.limit(timeout))
     leftovers = session_members(proc.pid)
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
@@ -386,7 +389,7 @@ def test_a_rank_that_outlives_the_deadline_is_killed(tmp_path):
     )
     assert code == 0, stderr
     statuses, seconds = json.loads(stdout)
-    assert statuses == ["ok", "killed"] and seconds < 4 + 1
+    assert statuses == ["ok", "killed"] and seconds < 4 + pace.limit(1)
     assert leftovers == [] and files == []
 
 

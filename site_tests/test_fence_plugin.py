@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 
 def run_fences(tmp_path, markdown, **env):
@@ -34,7 +34,7 @@ def run_fences(tmp_path, markdown, **env):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=pace.limit(60),
         env=environ | env,
     )
 
@@ -190,6 +190,6 @@ def test_without_site_deselects_the_tests_that_need_the_built_site(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=pace.limit(60),
     )
     assert "1 passed, 1 deselected" in proc.stdout, proc.stdout

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 SINGLE, DDP_SCRIPT = ROOT / "code" / "train_single.py", ROOT / "code" / "train_ddp.py"
 TIMEOUT_S = 55
@@ -24,7 +24,7 @@ def torchrun(script, *args, nproc=2, **env):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += [f"--nproc_per_node={nproc}", str(script), *args]
     environment = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | env
-    timeout = TIMEOUT_S
+    timeout = pace.limit(TIMEOUT_S)
     return subprocess.run(
         command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=environment
     )
@@ -139,7 +139,7 @@ def test_a_checkpoint_saved_with_the_wrapper_fails_to_reload(tmp_path):
 def test_the_single_device_script_trains_and_reloads(tmp_path, ddp_run):
     checkpoint = tmp_path / "single.pt"
     command = [sys.executable, str(SINGLE), "--epochs", "2", "--checkpoint", str(checkpoint)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=pace.limit(TIMEOUT_S))
     assert done.returncode == 0, done.stderr
     assert re.findall(r"epoch (\d): mean loss [\d.]+ over 2048 examples", done.stdout) == [
         "0",

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import pytest
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 SCRIPT = ROOT / "code" / "ring_allreduce.py"
 
@@ -134,7 +134,11 @@ def test_bad_arguments_fail_before_torch_is_imported():
         "print('exit code', code)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(30),
     )
     assert proc.returncode == 0, proc.stderr
     assert "exit code 2" in proc.stdout and "multiple of --ranks" in proc.stderr
@@ -149,7 +153,11 @@ def real_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ring") / "ring.json"
     argv = [sys.executable, str(SCRIPT), "--ranks", "3", "--elements", "9", "--seed", "7"]
     proc = subprocess.run(
-        [*argv, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [*argv, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(120),
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, json.loads(out.read_text())

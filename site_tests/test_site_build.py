@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from markdown.extensions.toc import slugify
 
-from site_tests.conftest import ROOT, mkdocs_build
+from site_tests.conftest import ROOT, mkdocs_build, pace
 
 HOOK = ROOT / "hooks" / "labs.py"
 
@@ -332,12 +332,13 @@ def test_a_failing_lab_fails_the_build_with_its_own_error(demo_site):
     assert "exited with status 1" in proc.stderr
 
 
-def test_a_hung_lab_fails_the_build_at_its_timeout(demo_site):
+def test_a_hung_lab_fails_the_build_at_its_timeout(demo_site, monkeypatch):
     _, configure, build, _ = demo_site
     configure(mode="hang", timeout=2)
+    monkeypatch.setenv(pace.ENV, str(2 * pace.REFERENCE_IMPORT_S))  # a machine twice as slow
     proc = build()
     assert proc.returncode != 0
-    assert "timed out after 2 s" in proc.stderr
+    assert "timed out after 4 s (its 2 s at this machine's pace)" in proc.stderr
 
 
 def alive(pid):

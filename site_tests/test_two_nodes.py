@@ -23,11 +23,11 @@ import time
 
 import pytest
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 LAB = ROOT / "code" / "26_two_nodes.py"
 TRAINER = ROOT / "code" / "elastic_train.py"
-RUN_TIMEOUT = 300  # seconds: the lab stops itself at --deadline 240 (a busy machine)
+RUN_TIMEOUT = 300  # seconds, at pace's reference: the lab stops itself at its 150 s deadline
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")
 
@@ -39,7 +39,7 @@ def lab(*args, env=None, timeout=RUN_TIMEOUT):
         [sys.executable, str(LAB), *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=pace.limit(timeout),
         env=env,
         cwd=ROOT,
     )
@@ -68,7 +68,7 @@ def our_links():
 
 
 def wait_until_clean(pid, seconds=30):
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + pace.limit(seconds)
     while (left := leftovers(pid)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
@@ -101,7 +101,11 @@ def test_not_root_is_one_line_status_2(torch_refuses):
     fake += f"runpy.run_path({str(LAB)!r}, run_name='__main__')"
     env = dict(os.environ, PYTHONPATH=str(torch_refuses))
     proc = subprocess.run(
-        [sys.executable, "-c", fake], capture_output=True, text=True, timeout=30, env=env
+        [sys.executable, "-c", fake],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(30),
+        env=env,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
@@ -147,7 +151,7 @@ def run(tmp_path_factory):
         pytest.skip("network namespaces need root")
     out = tmp_path_factory.mktemp("two-nodes") / "result.json"
     before = our_links()
-    proc = lab("--deadline", "240", "--json", str(out))
+    proc = lab("--json", str(out))  # its default deadline, as a reader runs it
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "Traceback" not in proc.stdout
     result = json.loads(out.read_text())
@@ -238,29 +242,29 @@ def test_full_run_leaves_nothing(run):
 def test_hung_rendezvous_ends_at_its_timeout():
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, str(LAB), "--nodes-up", "1", "--join-timeout", "5", "--deadline", "240"],
+        [sys.executable, str(LAB), "--nodes-up", "1", "--join-timeout", "5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
-    stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+    stdout, stderr = proc.communicate(timeout=pace.limit(RUN_TIMEOUT))
     assert proc.returncode == 1, stdout + stderr
     last = stderr.strip().splitlines()[-1]
     assert "node 1 never joined" in last and "RendezvousTimeoutError" in last, last
-    assert time.monotonic() - started < RUN_TIMEOUT
+    assert time.monotonic() - started < pace.limit(RUN_TIMEOUT)
     assert wait_until_clean(proc.pid) == []
 
 
 def start_and_wait_for_agents(seconds=60):
     """Start the lab and return it once its agents are running inside the namespaces."""
     proc = subprocess.Popen(
-        [sys.executable, str(LAB), "--deadline", "240"],
+        [sys.executable, str(LAB)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + pace.limit(seconds)
     while time.monotonic() < deadline:
         if any("process" in item and "torchrun" in item for item in leftovers(proc.pid)):
             time.sleep(2)  # let the agents get into their rendezvous
@@ -277,6 +281,6 @@ def test_kill_mid_run_leaves_nothing(signum):
     proc = start_and_wait_for_agents()
     assert leftovers(proc.pid), "nothing was running to kill"
     os.kill(proc.pid, signum)
-    proc.wait(timeout=30)
+    proc.wait(timeout=pace.limit(30))
     assert wait_until_clean(proc.pid) == []
     assert our_links() == before

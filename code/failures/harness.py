@@ -34,9 +34,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-# provenance.py lives one folder up, in code/; the scripts import this module by plain name.
+# provenance.py and pace.py live one folder up, in code/; the scripts import this module by
+# plain name.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
+import pace  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Arguments shared by every script (parsed before torch is imported, so a typo fails at once)
@@ -56,8 +57,8 @@ def parse_args(description, *, deadline_s, hangs, counts=None):
     parser.add_argument(
         "--deadline-s",
         type=float,
-        default=deadline_s,
-        help=f"seconds the runs may take once torch is loaded (default {deadline_s:g})",
+        help=f"seconds the runs may take once torch is loaded (default {deadline_s:g} on a "
+        "machine where `import torch` takes 2 s, stretched on a slower one: code/pace.py)",
     )
     if hangs:
         parser.add_argument(
@@ -72,13 +73,15 @@ def parse_args(description, *, deadline_s, hangs, counts=None):
     hang_s = args.pg_timeout_s if hangs else 0.0
     if hangs and hang_s <= 0:
         parser.error("--pg-timeout-s must be positive")
-    if args.deadline_s < hang_s + MARGIN_S + 1:
+    if args.deadline_s is not None and args.deadline_s < hang_s + MARGIN_S + 1:
         parser.error(f"--deadline-s must be at least {hang_s + MARGIN_S + 1:g} here")
     if args.json is not None and not args.json.parent.is_dir():
         parser.error(f"--json: no folder {args.json.parent}")
     for flag, (_, minimum, _) in (counts or {}).items():
         if getattr(args, flag.lstrip("-").replace("-", "_")) < minimum:
             parser.error(f"{flag} must be at least {minimum}")
+    if args.deadline_s is None:  # the arguments are fine: now torch may load (pace times it)
+        args.deadline_s = pace.limit(deadline_s)
     return args
 
 
@@ -91,7 +94,7 @@ def overall_deadline(seconds):
     """End the script with a one-line error if it runs longer than `seconds`."""
 
     def expire(signum, frame):
-        raise DeadlineExceeded(f"gave up: the script ran past its own {seconds:g} s deadline")
+        raise DeadlineExceeded(f"gave up: the script ran past its own {seconds:.4g} s deadline")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)  # a timer is not inherited by forked ranks
@@ -203,6 +206,12 @@ def run_groups(variants, *, deadline_s, hang_timeout_s=None, world_size=2):
             release.set()
             reap(children, collected)
     return {name: [collected[name, rank] for rank in range(world_size)] for name in variants}
+
+
+def ended_in_time(results, timeout_s):
+    """Whether every rank ended within `timeout_s` plus the few seconds a rank that gave up takes
+    to report it and leave (3 s where `import torch` takes 2 s; more on a slower machine)."""
+    return all(r.seconds < timeout_s + pace.limit(3) for r in results)
 
 
 def run_one_group(body, *, deadline_s, world_size=2):
