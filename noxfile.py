@@ -96,6 +96,8 @@ RELEASES = ["2.13.0", "2.14.1", PINNED_TORCH]
 SITE_ONLY_TESTS = {
     "test_site_build.py",
     "test_browser.py",
+    "test_lighthouse_gate.py",
+    "test_pace.py",
     "test_external_links.py",
     "test_archives.py",
     "test_lab_archives.py",
@@ -169,6 +171,34 @@ def exercises(session):
     """Grade your exercise files: `-- NAME` grades one (`-- --solutions` grades ours)."""
     python = shared_venv(session)
     session.run(python, "exercises/grade.py", *session.posargs, external=True)
+
+
+# A CPU hog, pinned to one core: it spins until killed, and dies with the session that started
+# it (PR_SET_PDEATHSIG), however that session ends.
+HOG = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+os.sched_setaffinity(0, {int(sys.argv[1])})
+while True:
+    pass
+"""
+
+
+@nox.session(name="half-busy", default=False)
+def half_busy(session):
+    """Run a command with half the machine's cores kept busy: `-- bash .ci/run` by default."""
+    cores = sorted(os.sched_getaffinity(0))
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", HOG, str(core)])
+        for core in cores[: len(cores) // 2]
+    ]
+    session.log(f"{len(hogs)} of {len(cores)} cores busy")
+    try:
+        session.run(*(session.posargs or ["bash", ".ci/run"]), external=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 @nox.session(name="record-gpu", default=False)

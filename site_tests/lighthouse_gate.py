@@ -1,0 +1,109 @@
+"""The Lighthouse gate: calibrated to the host, and judged beside a plain Material page.
+
+Lighthouse times a page on the machine it runs on, then simulates a phone by multiplying the
+CPU time it saw (cpuSlowdownMultiplier: 4 by default, right for a host whose benchmarkIndex is
+about 1,500). On a slower host that over-throttles, and the score measures the host: plain
+Material scored 65-73 on one of ours. So, in site_tests/test_browser.py:
+
+- the multiplier follows this host's benchmarkIndex, along the anchors of Lighthouse's own
+  calibration (its docs/throttling.md, "calibrating multipliers", and the CPU throttling
+  calculator it links), so that every host approximates the same phone; each run records the
+  index and the multiplier;
+- a reference page (plain Material: chapter 3's Markdown with no hooks, no extra CSS or JS, the
+  same theme features) runs alternately with our pages, and each page's total blocking time and
+  main-thread work are judged as ratios to the reference run just before it;
+- the DOM size and the bytes transferred, which no CPU changes, have budgets of their own;
+- the calibrated performance score is reported, with GOAL_SCORE as the goal, and not gated:
+  a machine's speed must not decide whether a submission lands.
+
+This module holds the arithmetic; site_tests/test_lighthouse_gate.py tests it without a browser.
+"""
+
+import statistics
+
+# benchmarkIndex -> cpuSlowdownMultiplier: Lighthouse's calibration anchors, linear between
+# them, and past the last one more times the slowdown per SLOPE_ABOVE of index.
+ANCHORS = [(150, 1.0), (800, 2.0), (1300, 3.0)]
+SLOPE_ABOVE = 233
+GOAL_SCORE = 0.90
+RATIO_LIMIT = 1.5  # a page's TBT and main-thread work, each at most this times the reference's
+# Lighthouse's "good" total blocking time on mobile: below it, a ratio of two small numbers
+# says nothing, so the reference's TBT counts as at least this much.
+TBT_FLOOR_MS = 200
+# Stated budgets, with room for the pages as they are (typeset math and run outputs make a
+# chapter heavier than Lighthouse's generic advice; the failure gallery is the heaviest page),
+# and none for a chapter that grows by 5,000 elements (test_browser.py breaks one that way).
+DOM_BUDGET = 9_000  # elements
+BYTES_BUDGET = 400_000  # bytes transferred, compressed as nginx serves them
+# One pair passes a page whose ratios are all at most SURE_PASS, and fails one with a ratio of
+# at least SURE_FAIL; anything between gets up to MAX_PAIRS pairs, and their medians decide. A
+# noisy run cannot fail a page alone, and a page well within the limit costs one pair.
+SURE_PASS = RATIO_LIMIT / 1.25
+SURE_FAIL = RATIO_LIMIT * 2
+MAX_PAIRS = 3
+ABSOLUTE = {"accessibility": 0.95, "best-practices": 0.95}  # no CPU changes these
+# The table of this session's verdicts, filled by test_browser.py, printed by conftest.py's
+# terminal summary: the calibrated scores belong in the log of every run.
+summary = []
+
+
+def calibrated_multiplier(benchmark_index):
+    """The cpuSlowdownMultiplier that makes a host of this benchmarkIndex approximate the phone
+    Lighthouse's default 4x assumes on its reference host."""
+    (low, at_low), (high, at_high) = ANCHORS[0], ANCHORS[-1]
+    if benchmark_index <= low:
+        return at_low
+    if benchmark_index >= high:
+        return at_high + (benchmark_index - high) / SLOPE_ABOVE
+    for (i0, m0), (i1, m1) in zip(ANCHORS, ANCHORS[1:], strict=False):
+        if benchmark_index <= i1:
+            return m0 + (m1 - m0) * (benchmark_index - i0) / (i1 - i0)
+    raise AssertionError("unreachable: the anchors cover every index")
+
+
+def measured(report):
+    """What the gate reads from one Lighthouse report (JSON, as `lighthouse --output=json`)."""
+    audits, categories = report["audits"], report["categories"]
+    return {
+        "tbt": audits["total-blocking-time"]["numericValue"],
+        "main_thread": audits["mainthread-work-breakdown"]["numericValue"],
+        "dom": audits["dom-size"]["numericValue"],
+        "bytes": audits["total-byte-weight"]["numericValue"],
+        "scores": {name: category["score"] or 0 for name, category in categories.items()},
+        "benchmark_index": report["environment"]["benchmarkIndex"],
+        "multiplier": report["configSettings"]["throttling"]["cpuSlowdownMultiplier"],
+    }
+
+
+def ratios(pairs):
+    """{"tbt": r, "main_thread": r}: medians over the (reference, page) pairs of page/reference."""
+    tbt = [page["tbt"] / max(ref["tbt"], TBT_FLOOR_MS) for ref, page in pairs]
+    work = [page["main_thread"] / ref["main_thread"] for ref, page in pairs]
+    return {"tbt": statistics.median(tbt), "main_thread": statistics.median(work)}
+
+
+def needs_another_pair(pairs):
+    """Whether the pairs so far leave the verdict open: no ratio far past the limit, and one
+    not far enough under it."""
+    found = ratios(pairs).values()
+    sure_fail = any(r >= SURE_FAIL for r in found)
+    sure_pass = all(r <= SURE_PASS for r in found)
+    return not (sure_fail or sure_pass) and len(pairs) < MAX_PAIRS
+
+
+def problems(pairs):
+    """Why the page fails the gate, one phrase a reason; an empty list when it passes."""
+    found = [
+        f"{name} {value:.2f}x the reference's (limit {RATIO_LIMIT:g}x)"
+        for name, value in ratios(pairs).items()
+        if value > RATIO_LIMIT
+    ]
+    page = pairs[-1][1]  # the DOM, the bytes and the audits do not depend on the CPU
+    if page["dom"] > DOM_BUDGET:
+        found.append(f"{page['dom']:.0f} DOM elements (budget {DOM_BUDGET})")
+    if page["bytes"] > BYTES_BUDGET:
+        found.append(f"{page['bytes']:.0f} bytes transferred (budget {BYTES_BUDGET})")
+    for name, minimum in ABSOLUTE.items():
+        if page["scores"][name] < minimum:
+            found.append(f"{name} {page['scores'][name]:.2f} (at least {minimum})")
+    return found
