@@ -215,9 +215,7 @@ def execute(run):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
-            what = (
-                f"timed out after {timeout:.0f} s (its {run.timeout:g} s, at this machine's pace)"
-            )
+            what = f"timed out after {timeout:.0f} s (its {run.timeout:g} s at this machine's pace)"
             raise LabFailed(run, what, stdout, stderr) from None
         finally:
             kill_leftovers(proc.pid)

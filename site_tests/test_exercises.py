@@ -434,6 +434,7 @@ def scratch_chapter(tmp_path_factory):
     shutil.copytree(EXERCISES, work / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "docs" / "chapters").mkdir(parents=True)
     (work / "docs" / "failures.md").write_text("# Failure gallery\n")
+    (work / "docs" / "glossary.md").write_text("# Glossary\n\n## Collectives\n")
     includes = [f'--8<-- "exercises/pages/{page.name}"' for page in sorted(PAGES.glob("*.md"))]
     chapter = "# A chapter\n\n" + "\n\n".join(includes) + "\n"
     (work / "docs" / "chapters" / "chapter.md").write_text(chapter)
