@@ -205,7 +205,7 @@ def execute(src, dst):
     with tempfile.TemporaryDirectory(prefix="notebook-") as workdir:
         client = nbclient.NotebookClient(
             nb,
-            timeout=labrunner.pace().limit(CELL_TIMEOUT_S),
+            timeout=round(labrunner.pace().limit(CELL_TIMEOUT_S)),  # nbclient takes whole seconds
             kernel_name="python3",
             allow_errors=False,  # only cells tagged raises-exception may fail
             resources={"metadata": {"path": workdir}},
