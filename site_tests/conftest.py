@@ -15,6 +15,11 @@ import pace  # noqa: E402  (every time limit below is written for its reference 
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
 
 
+def pytest_report_header():
+    """The run's one measurement, in its log: every limit below is stretched by this factor."""
+    return f"pace: import torch took {pace.import_seconds():.2f} s; limits x{pace.factor():.2f}"
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test's pytest-timeout (its own mark, else --timeout or the ini's), stretched for
     this machine."""
