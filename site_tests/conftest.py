@@ -142,6 +142,18 @@ def built_site(tmp_path_factory):
     return site, cache
 
 
+@pytest.fixture
+def one_rank_group():
+    """A one-rank gloo group in this process (on a HashStore), destroyed after the test."""
+    import torch.distributed as dist  # loaded when a test asks for the group
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.fixture(scope="module")
 def torch_refuses(tmp_path_factory):
     """A folder with a `torch` package that fails on import, to put first on PYTHONPATH."""

@@ -737,8 +737,8 @@ def lighthouse_verdicts(served, pages, guarded_folder):
     """{page: (its pairs of measurements, why it fails)}, for our pages and the broken ones.
 
     Three runs of the reference measure the host and set the multiplier; then each page runs
-    right after a run of the reference, and a page whose ratios are too close to the limit to
-    call gets another pair, up to gate.MAX_PAIRS (site_tests/lighthouse_gate.py).
+    right after a run of the reference (steadied by its neighbours), and a page not well within
+    the limit gets more pairs, gate.MAX_PAIRS in all (site_tests/lighthouse_gate.py).
     """
     calibration = run_lighthouse([(served + REFERENCE, ["performance"], None)] * 3, guarded_folder)
     # The median of three: a fresh Chromium's first run can measure a fraction of the host.
@@ -754,9 +754,10 @@ def lighthouse_verdicts(served, pages, guarded_folder):
                 (served + REFERENCE, ["performance"], multiplier),
                 (served + path, everything, multiplier),
             ]
-        reports = iter(run_lighthouse(plan, guarded_folder))
-        for path in todo:
-            pairs[path].append((gate.measured(next(reports)), gate.measured(next(reports))))
+        measured = [gate.measured(report) for report in run_lighthouse(plan, guarded_folder)]
+        references = gate.steadied(measured[0::2])
+        for path, reference, page in zip(todo, references, measured[1::2], strict=True):
+            pairs[path].append((reference, page))
         todo = [path for path in todo if gate.needs_another_pair(pairs[path])]
     verdicts = {path: (found, gate.problems(found)) for path, found in pairs.items()}
     write_lighthouse_report(index, multiplier, verdicts)

@@ -30,16 +30,6 @@ def trainer():
     return module
 
 
-@pytest.fixture
-def group():
-    """A one-rank gloo group in this process, destroyed after the test."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_a_save_reaches_the_disk_before_its_name_and_old_ones_go(trainer, tmp_path, monkeypatch):
     events = []
     fsync, replace = os.fsync, os.replace
@@ -54,7 +44,7 @@ def test_a_save_reaches_the_disk_before_its_name_and_old_ones_go(trainer, tmp_pa
     assert kept == ["step-0003.pt", "step-0004.pt"] and trainer.KEEP == 2
 
 
-def test_the_resume_step_travels_as_a_tensor(trainer, tmp_path, group, monkeypatch):
+def test_the_resume_step_travels_as_a_tensor(trainer, tmp_path, one_rank_group, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a pickling object collective")
 

@@ -18,18 +18,10 @@ import ddp_lab as lab  # noqa: E402
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def group():
-    """A one-rank gloo group in this process, destroyed after the test."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_swept_buffer_stays_finite_however_often_it_is_reduced(group, monkeypatch, dtype):
+def test_the_swept_buffer_stays_finite_however_often_it_is_reduced(
+    one_rank_group, monkeypatch, dtype
+):
     """A SUM over two ranks holding equal values doubles them: as the NCCL lab's 2 GPUs do."""
     all_reduce, seen = dist.all_reduce, []
 
