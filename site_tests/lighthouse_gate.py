@@ -9,7 +9,7 @@ Material scored 65-73 on one of ours. So, in site_tests/test_browser.py:
   calibration (its docs/throttling.md, "calibrating multipliers", and the CPU throttling
   calculator it links), so that every host approximates the same phone; each run records the
   index and the multiplier;
-- a reference page (plain Material: chapter 3's Markdown with no hooks, no extra CSS or JS, the
+- a reference page (plain Material: chapter 2's Markdown with no hooks, no extra CSS or JS, the
   same theme features) runs alternately with our pages, and each page's total blocking time and
   main-thread work are judged as ratios to the reference run just before it, steadied by its
   neighbours (a lone lucky or slow run of the reference moved a ratio threefold);
