@@ -10,9 +10,16 @@ Material scored 65-73 on one of ours. So, in site_tests/test_browser.py:
   calculator it links), so that every host approximates the same phone; each run records the
   index and the multiplier;
 - a reference page (plain Material: chapter 2's Markdown with no hooks, no extra CSS or JS, the
-  same theme features) runs alternately with our pages, and each page's total blocking time and
-  main-thread work are judged as ratios to the reference run just before it, steadied by its
-  neighbours (a lone lucky or slow run of the reference moved a ratio threefold);
+  same theme features) runs alternately with our pages, and each page's main-thread work is
+  judged as a ratio to the reference run just before it, steadied by its neighbours (a lone
+  lucky or slow run of the reference moved a ratio threefold);
+- total blocking time is reported as the same ratio, and not gated: it counts only the part of
+  each task past 50 ms, so it swings with the multiplier and the host's load far more than the
+  work it reflects. In one run beside a CPU hog, the reference's own TBT ranged from 384 to
+  1,154 ms, and our heaviest chapters came out at 2-2.5x of it, against 0.7-1.1x on an idle
+  run, while their main-thread work stayed at 1.3x in both. A bound of 1.5x on TBT would
+  measure that noise; the main-thread ratio separates the pages from the broken ones by itself
+  (at most 1.35x, against 1.75x and 4.8x);
 - the DOM size and the bytes transferred, which no CPU changes, have budgets of their own;
 - the calibrated performance score is reported, with GOAL_SCORE as the goal, and not gated:
   a machine's speed must not decide whether a submission lands.
@@ -27,7 +34,7 @@ import statistics
 ANCHORS = [(150, 1.0), (800, 2.0), (1300, 3.0)]
 SLOPE_ABOVE = 233
 GOAL_SCORE = 0.90
-RATIO_LIMIT = 1.5  # a page's TBT and main-thread work, each at most this times the reference's
+RATIO_LIMIT = 1.5  # a page's main-thread work, at most this times the reference's
 # Lighthouse's "good" total blocking time on mobile: below it, a ratio of two small numbers
 # says nothing, so the reference's TBT counts as at least this much.
 TBT_FLOOR_MS = 200
@@ -36,13 +43,14 @@ TBT_FLOOR_MS = 200
 # and none for a chapter that grows by 5,000 elements (test_browser.py breaks one that way).
 DOM_BUDGET = 9_000  # elements
 BYTES_BUDGET = 400_000  # bytes transferred, compressed as nginx serves them
-# One pair passes a page whose ratios are all at most SURE_PASS; any other page gets MAX_PAIRS
+# One pair passes a page whose gated ratio is at most SURE_PASS; any other page gets MAX_PAIRS
 # pairs, and their medians decide. A page well within the limit costs one pair, and no single
 # noisy run can fail a page.
 SURE_PASS = RATIO_LIMIT / 1.25
 MAX_PAIRS = 3
 ABSOLUTE = {"accessibility": 0.95, "best-practices": 0.95}  # no CPU changes these
-RATIOS = ("tbt", "main_thread")
+RATIOS = ("tbt", "main_thread")  # reported
+GATED = "main_thread"
 # The table of this session's verdicts, filled by test_browser.py, printed by conftest.py's
 # terminal summary: the calibrated scores belong in the log of every run.
 summary = []
@@ -96,19 +104,17 @@ def ratios(pairs):
 
 
 def needs_another_pair(pairs):
-    """Whether the pairs so far leave the verdict open: a ratio not far enough under the limit,
-    and fewer than MAX_PAIRS pairs."""
-    sure_pass = all(r <= SURE_PASS for r in ratios(pairs).values())
+    """Whether the pairs so far leave the verdict open: the gated ratio not far enough under
+    the limit, and fewer than MAX_PAIRS pairs."""
+    sure_pass = ratios(pairs)[GATED] <= SURE_PASS
     return not sure_pass and len(pairs) < MAX_PAIRS
 
 
 def problems(pairs):
     """Why the page fails the gate, one phrase a reason; an empty list when it passes."""
-    found = [
-        f"{name} {value:.2f}x the reference's (limit {RATIO_LIMIT:g}x)"
-        for name, value in ratios(pairs).items()
-        if value > RATIO_LIMIT
-    ]
+    found = []
+    if (work := ratios(pairs)[GATED]) > RATIO_LIMIT:
+        found.append(f"{GATED} {work:.2f}x the reference's (limit {RATIO_LIMIT:g}x)")
     page = pairs[-1][1]  # the DOM, the bytes and the audits do not depend on the CPU
     if page["dom"] > DOM_BUDGET:
         found.append(f"{page['dom']:.0f} DOM elements (budget {DOM_BUDGET})")

@@ -35,7 +35,6 @@ def test_a_page_as_heavy_as_the_reference_passes():
 @pytest.mark.parametrize(
     ("page", "reason"),
     [
-        (run(tbt=600.0 * 1.6), "tbt 1.60x"),
         (run(main_thread=3000.0 * 1.6), "main_thread 1.60x"),
         (run(dom=gate.DOM_BUDGET + 1), "DOM elements"),
         (run(size=gate.BYTES_BUDGET + 1), "bytes transferred"),
@@ -47,33 +46,35 @@ def test_each_limit_fails_a_page_just_past_it(page, reason):
     assert reason in found, found
 
 
-def test_a_reference_with_almost_no_blocking_time_counts_as_the_floor():
-    """Two small TBTs make no ratio: 150 ms beside 10 ms is no failure."""
+def test_blocking_time_is_reported_as_a_ratio_and_not_gated():
+    """Two small TBTs make no ratio (the floor); and a TBT twice the reference's, with the same
+    main-thread work, is shown but fails nothing."""
     reference = run(tbt=10.0)
     assert gate.ratios([(reference, run(tbt=150.0))])["tbt"] < 1
-    assert gate.problems([(reference, run(tbt=gate.TBT_FLOOR_MS * 1.6))])
+    doubled = [(REFERENCE, run(tbt=1200.0, main_thread=3000.0))]
+    assert gate.ratios(doubled)["tbt"] == 2.0 and gate.problems(doubled) == []
 
 
 def test_the_median_of_the_pairs_decides_and_one_outlier_does_not():
-    pairs = [(REFERENCE, run(tbt=t)) for t in (500.0, 2000.0, 550.0)]
-    assert gate.ratios(pairs)["tbt"] == pytest.approx(550 / 600)
+    pairs = [(REFERENCE, run(main_thread=w)) for w in (2500.0, 9000.0, 2800.0)]
+    assert gate.ratios(pairs)["main_thread"] == pytest.approx(2800 / 3000)
     assert gate.problems(pairs) == []
 
 
 def test_another_pair_only_while_the_verdict_is_open():
-    light = run(tbt=300.0, main_thread=1500.0)  # half the reference's
+    light = run(tbt=3000.0, main_thread=1500.0)  # half the reference's work
     assert not gate.needs_another_pair([(REFERENCE, light)])
-    for heavier in (run(tbt=900.0), run(tbt=600.0 * 5), run(main_thread=3000.0 * 1.3)):
+    for heavier in (run(main_thread=3000.0 * 1.3), run(main_thread=3000.0 * 5)):
         assert gate.needs_another_pair([(REFERENCE, heavier)])
         assert not gate.needs_another_pair([(REFERENCE, heavier)] * gate.MAX_PAIRS)
 
 
 def test_one_noisy_pair_cannot_fail_a_page():
-    """A ratio of 4.2 in the first pair (a lucky run of the reference, as one CI rehearsal saw)
-    gets two more pairs; their median of 1.1 passes the page."""
-    pairs = [(REFERENCE, run(tbt=600.0 * 4.2))]
+    """A ratio of 2.2 in the first pair (a lucky run of the reference) gets two more pairs;
+    their median of 1.1 passes the page."""
+    pairs = [(REFERENCE, run(main_thread=3000.0 * 2.2))]
     assert gate.needs_another_pair(pairs) and gate.problems(pairs)
-    pairs += [(REFERENCE, run(tbt=600.0 * 1.1)), (REFERENCE, run(tbt=600.0 * 1.0))]
+    pairs += [(REFERENCE, run(main_thread=3000.0 * 1.1)), (REFERENCE, run(main_thread=3000.0))]
     assert not gate.needs_another_pair(pairs) and gate.problems(pairs) == []
 
 
