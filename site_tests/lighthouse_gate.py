@@ -18,8 +18,8 @@ Material scored 65-73 on one of ours. So, in site_tests/test_browser.py:
   work it reflects. In one run beside a CPU hog, the reference's own TBT ranged from 384 to
   1,154 ms, and our heaviest chapters came out at 2-2.5x of it, against 0.7-1.1x on an idle
   run, while their main-thread work stayed at 1.3x in both. A bound of 1.5x on TBT would
-  measure that noise; the main-thread ratio separates the pages from the broken ones by itself
-  (at most 1.35x, against 1.75x and 4.8x);
+  measure that noise; main-thread work and the DOM budget separate the pages from the broken
+  ones;
 - the DOM size and the bytes transferred, which no CPU changes, have budgets of their own;
 - the calibrated performance score is reported, with GOAL_SCORE as the goal, and not gated:
   a machine's speed must not decide whether a submission lands.
@@ -34,7 +34,12 @@ import statistics
 ANCHORS = [(150, 1.0), (800, 2.0), (1300, 3.0)]
 SLOPE_ABOVE = 233
 GOAL_SCORE = 0.90
-RATIO_LIMIT = 1.5  # a page's main-thread work, at most this times the reference's
+# A page's main-thread work, at most this times the reference's. Not the 1.5x first planned:
+# chapter 2, our heaviest page (its table of typeset math), measured 1.17x, 1.35x and 1.49x of
+# plain Material's build of the same Markdown in three runs, so 1.5x would fail it on noise
+# alone; at 2x the busy loop (4.8-5.9x) still fails with room, and the 5,000 extra elements
+# (1.67-1.75x) fail on the DOM budget, which no noise moves.
+RATIO_LIMIT = 2.0
 # Lighthouse's "good" total blocking time on mobile: below it, a ratio of two small numbers
 # says nothing, so the reference's TBT counts as at least this much.
 TBT_FLOOR_MS = 200
