@@ -89,14 +89,18 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
 
 # What the guardian runs: it waits for its stdin to close, which happens when the test session
 # ends however it ends (a SIGKILL included: the kernel closes the pipe), then kills every process
-# whose command line names the guarded folder and removes the folder.
+# whose command line names the guarded folder, with its process group (an nginx worker's command
+# line names nothing, and it outlives a killed master), and removes the folder.
 GUARDIAN = r"""
 import os, pathlib, shutil, signal, sys
-folder = sys.argv[1]
+folder, spared = sys.argv[1], {os.getpgid(0), int(sys.argv[2])}  # its own group, the session's
 sys.stdin.read()
 for proc in pathlib.Path("/proc").glob("[0-9]*"):
     try:
         if folder.encode() in (proc / "cmdline").read_bytes() and int(proc.name) != os.getpid():
+            group = os.getpgid(int(proc.name))
+            if group not in spared:
+                os.killpg(group, signal.SIGKILL)
             os.kill(int(proc.name), signal.SIGKILL)
     except (OSError, ValueError):
         pass
@@ -117,7 +121,7 @@ def guarded_folder():
     # and a Unix socket's path may not pass 107 bytes.
     folder = tempfile.mkdtemp(prefix="guarded-")
     guardian = subprocess.Popen(
-        [sys.executable, "-c", GUARDIAN, folder],
+        [sys.executable, "-c", GUARDIAN, folder, str(os.getpgid(0))],
         stdin=subprocess.PIPE,
         start_new_session=True,  # a kill of the session's process group spares it
     )

@@ -818,6 +818,19 @@ def naming(folder):
     return found
 
 
+def in_groups(groups):
+    """{pid: command line} of every process in one of the process groups `groups`."""
+    found = {}
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError):
+            # after "(name)": the state, the parent, the process group; a zombie is dead
+            state, _, group = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            if int(group) in groups and state != "Z":
+                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found[int(proc.name)] = line
+    return found
+
+
 def absent(wanted, lines):
     """The names in `wanted` ({name: words}) whose words no command line in `lines` holds."""
     return [
@@ -864,13 +877,15 @@ def test_a_killed_session_leaves_no_server_browser_or_folder(site_build, short_t
             assert session.poll() is None, f"the session ended early:\n{log.read_text()}"
             time.sleep(0.2)
         assert not missing, f"never started: {missing}\n{log.read_text()[-3000:]}"
+        groups = {os.getpgid(pid) for pid in naming(short_tmp)} - {os.getpgid(0)}
     finally:
         os.killpg(session.pid, signal.SIGKILL)  # the whole process group, as CI does
         session.wait()
     deadline = time.monotonic() + pace.limit(10)
-    while naming(short_tmp) and time.monotonic() < deadline:
+    while (naming(short_tmp) or in_groups(groups)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert naming(short_tmp) == {}, "outlived the killed session"
+    assert in_groups(groups) == {}, "outlived the killed session (an nginx worker, say)"
     assert not list(short_tmp.glob("guarded-*")), "a guarded folder is left"
 
 
