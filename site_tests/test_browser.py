@@ -1106,7 +1106,9 @@ def test_ring_stepper_steps_with_buttons_and_keys(visit, stepper_page):
     assert visible() == [count - 1] and following.is_disabled()
 
 
-LOOK = """(button) => {
+# Material eases a button's colours over 125 ms; read them once its transitions end.
+LOOK = """async (button) => {
+  await Promise.all(button.getAnimations().map((transition) => transition.finished));
   const style = getComputedStyle(button);
   return [style.color, style.backgroundColor, style.borderStyle, style.cursor];
 }"""
