@@ -27,11 +27,11 @@ plays the shared file system):
            the job runs without GLOO_SOCKET_IFNAME: gloo advertises the loopback address
            and the connection fails. The other jobs have the same /etc/hosts and set it.
 
-Teardown lives in one place, a small shell process started first in a session of its
-own. It waits for this script to end (its stdin closes however the script ends, SIGKILL
-included), then kills every process in the run's namespaces, deletes them, and removes
-the temporary directory. Namespaces of a run whose guardian was killed too are swept at
-the next start.
+Teardown lives in one place (netns.py, shared with the Slurm lab), a small shell
+process started first in a session of its own. It waits for this script to end (its
+stdin closes however the script ends, SIGKILL included), then kills every process in
+the run's namespaces, deletes them, and removes the temporary directory. Namespaces of
+a run whose guardian was killed too are swept at the next start.
 
 --json PATH writes: clusters (hosts, namespaces), steps, parts {train, restart, trap,
 store}, reference_max_abs_diff, restart_bit_identical, env.
@@ -55,6 +55,7 @@ import uuid
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
+from netns import Cluster, start_guardian, sweep_leftovers  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -134,7 +135,7 @@ def parse_args(argv=None):
 
 
 # -------------------------------------------------------------------------------------
-# Helpers: namespaces, the guardian, processes inside a node
+# Helpers: progress and stopping (namespaces, guardian and teardown: netns.py)
 # -------------------------------------------------------------------------------------
 STARTED = time.monotonic()
 
@@ -154,116 +155,6 @@ class Stopped(Exception):
 
 def on_signal(signum, frame):
     raise Stopped(signal.Signals(signum).name)
-
-
-def sh(*argv, check=True):
-    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=10)
-
-
-# The one teardown. $1: the run's prefix, $2: its temp dir. It first waits for EOF.
-TEARDOWN = r"""
-cat >/dev/null
-for ns in $(ip netns list | cut -d' ' -f1 | grep "^$1-"); do
-  ip netns pids "$ns" | xargs -r kill -9
-  ip netns del "$ns"
-done
-rm -rf "$2"
-"""
-
-
-def start_guardian(run_prefix, tmp):
-    return subprocess.Popen(
-        ["sh", "-c", TEARDOWN, "teardown", run_prefix, str(tmp)],
-        stdin=subprocess.PIPE,
-        start_new_session=True,  # outside our process group: a killpg of us spares it
-    )
-
-
-def sweep_leftovers():
-    """Tear down what dead runs left behind (a run whose guardian was killed too)."""
-    stale = set()
-    for line in sh("ip", "netns", "list").stdout.splitlines():
-        found = re.match(rf"({PREFIX}-(\d+))-", line)
-        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
-            stale.add(found[1])
-    for path in pathlib.Path(tempfile.gettempdir()).glob(f"{PREFIX}-*"):
-        found = re.match(rf"({PREFIX}-(\d+))-", path.name)
-        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
-            shutil.rmtree(path, ignore_errors=True)
-    for run_prefix in sorted(stale):
-        subprocess.run(
-            ["sh", "-c", TEARDOWN, "teardown", run_prefix, ""],
-            stdin=subprocess.DEVNULL,
-        )
-
-
-class Cluster:
-    """Hosts on one private link: a switch namespace with a bridge, one per host."""
-
-    def __init__(self, run_prefix, name, hosts):
-        self.name, self.subnet = name, SUBNETS[name]
-        self.hosts = {host: f"{self.subnet}.{i + 1}" for i, host in enumerate(hosts)}
-        self.ns = {host: f"{run_prefix}-{name}-{host}" for host in [*hosts, "switch"]}
-
-    def create(self):
-        switch = self.ns["switch"]
-        sh("ip", "netns", "add", switch)
-        sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", switch, "link", "set", "br0", "up")
-        for host, addr in self.hosts.items():
-            ns = self.ns[host]
-            sh("ip", "netns", "add", ns)
-            # Both ends are born inside namespaces: the machine's own never sees them.
-            sh(
-                "ip",
-                "-n",
-                ns,
-                "link",
-                "add",
-                "eth0",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                host,
-                "netns",
-                switch,
-            )
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", switch, "link", "set", host, "master", "br0", "up")
-
-    def hosts_file(self, tmp, host, trapped):
-        """/etc/hosts for `host`: every node by name; its own on loopback if trapped."""
-        lines = ["127.0.0.1 localhost"]
-        for other, addr in self.hosts.items():
-            own_addr = LOOPBACK_TRAP if (other == host and trapped) else addr
-            lines.append(f"{own_addr} {other}")
-        path = tmp / f"hosts-{self.name}-{host}"
-        path.write_text("\n".join(lines) + "\n")
-        return path
-
-    def start(self, host, argv, env, hosts_file, log):
-        """Run argv on `host`: its network namespace, hostname and /etc/hosts."""
-        inside = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
-        command = [
-            *("ip", "netns", "exec", self.ns[host]),
-            *("unshare", "--uts", "--mount", "sh", "-c", inside, "node"),
-            *(host, str(hosts_file), *argv),
-        ]
-        return subprocess.Popen(
-            command,
-            env={**os.environ, **env},
-            stdin=subprocess.PIPE if host == "outsider" else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if host == "outsider" else log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=HERE.parent,
-        )
-
-    def run_in(self, host, *argv):
-        return sh("ip", "netns", "exec", self.ns[host], *argv).stdout
 
 
 # -------------------------------------------------------------------------------------
@@ -337,9 +228,11 @@ class Job:
     def start(self, host):
         log_path = self.tmp / f"{self.cluster.name}-{host}.log"
         self.logs[host] = log_path
-        hosts_file = self.cluster.hosts_file(self.tmp, host, trapped=host == "node1")
+        # node 1 maps its own name to loopback in every job, as Debian's /etc/hosts does
+        own = LOOPBACK_TRAP if host == "node1" else None
+        hosts_file = self.cluster.hosts_file(self.tmp, host, own_addr=own)
         with open(log_path, "w") as log:
-            agent = self.cluster.start(host, self.argv, self.env, hosts_file, log)
+            agent = self.cluster.start(host, self.argv, self.env, hosts_file, log, HERE.parent)
         self.agents[host] = agent
 
     def wait(self, grace_s=10):
@@ -437,13 +330,15 @@ def final_params(events):
 def open_store_then_train(job, args):
     """Node 0 waits for node 1; meanwhile the outsider visits, then is shut out."""
     node0_addr = job.cluster.hosts["node0"]
-    outsider_hosts = job.cluster.hosts_file(job.tmp, "outsider", trapped=False)
+    outsider_hosts = job.cluster.hosts_file(job.tmp, "outsider")
     outsider = job.cluster.start(
         "outsider",
         [sys.executable, str(OUTSIDER), node0_addr, str(RDZV_PORT), job.id],
         {"PYTHONUNBUFFERED": "1"},
         outsider_hosts,
-        None,
+        subprocess.PIPE,
+        HERE.parent,
+        stdin=subprocess.PIPE,
     )
     job.start("node0")  # the outsider retries until node 0's agent is listening
     visit = next_report(outsider)
@@ -572,9 +467,12 @@ def max_abs_diff(hex_a, hex_b):
 # -------------------------------------------------------------------------------------
 def run(args, tmp, run_prefix):
     clusters = {
-        "train": Cluster(run_prefix, "train", ["node0", "node1", "outsider"]),
-        "restart": Cluster(run_prefix, "restart", ["node0", "node1"]),
-        "trap": Cluster(run_prefix, "trap", ["node0", "node1"]),
+        name: Cluster(run_prefix, name, hosts, SUBNETS[name])
+        for name, hosts in (
+            ("train", ["node0", "node1", "outsider"]),
+            ("restart", ["node0", "node1"]),
+            ("trap", ["node0", "node1"]),
+        )
     }
     if args.nodes_up == 1:
         clusters = {"train": clusters["train"]}
@@ -711,7 +609,7 @@ def report(r):
 
 def main():
     args = parse_args()
-    sweep_leftovers()
+    sweep_leftovers(PREFIX)
     run_prefix = f"{PREFIX}-{os.getpid()}"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
     guardian = start_guardian(run_prefix, tmp)

@@ -49,9 +49,11 @@ def test_the_first_job_download_holds_both_scripts(built_site, tmp_path, script)
 
 
 def test_the_two_node_lab_download_holds_what_it_imports_and_what_it_runs(built_site, tmp_path):
-    """26_two_nodes.py imports elastic_train.py and starts store_outsider.py in a namespace."""
+    """26_two_nodes.py imports elastic_train.py and netns.py (its namespaces and teardown),
+    and starts store_outsider.py in a namespace."""
     folder = unpack(built_site, "two-nodes-lab", tmp_path)
-    for needed in ("26_two_nodes.py", "elastic_train.py", "store_outsider.py", "lab_cli.py"):
+    needed_files = ("26_two_nodes.py", "elastic_train.py", "store_outsider.py", "lab_cli.py")
+    for needed in (*needed_files, "netns.py"):
         assert (folder / needed).is_file(), f"two-nodes-lab.zip lacks {needed}"
     done = run_alone(folder, "26_two_nodes.py", "--help")
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,143 @@
+"""Hosts on one Linux machine: network namespaces on a private link, and one teardown.
+
+The two-node lab (26_two_nodes.py) and the Slurm lab (27_slurm.py) build their "nodes"
+here. Each host is a network namespace with one interface, eth0, plugged into a bridge
+that lives in a namespace of its own (the switch). Addresses come from 198.18.0.0/15, a
+range reserved for network tests, and exist only inside the namespaces: both ends of
+every veth pair are born there, so the machine's own interfaces never change.
+
+Teardown lives in one place, a small shell process started first in a session of its
+own (the guardian). It waits for the lab to end (its stdin closes however the lab ends,
+SIGKILL included), then kills every process in the run's namespaces, deletes them, and
+removes the run's temporary directory. A run whose guardian was killed too is swept by
+the next run of the same lab.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+
+
+def sh(*argv, check=True):
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=10)
+
+
+# The one teardown. $1: the run's prefix, $2: its temp dir. It first waits for EOF.
+# A daemon may fork while it is being killed (slurmd starting a job step), so each
+# namespace is emptied until no process is left in it, then deleted.
+TEARDOWN = r"""
+cat >/dev/null
+for ns in $(ip netns list | cut -d' ' -f1 | grep "^$1-"); do
+  for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    pids=$(ip netns pids "$ns")
+    [ -z "$pids" ] && break
+    echo "$pids" | xargs -r kill -9
+    sleep 0.1
+  done
+  ip netns del "$ns"
+done
+rm -rf "$2"
+"""
+
+
+def start_guardian(run_prefix, tmp):
+    return subprocess.Popen(
+        ["sh", "-c", TEARDOWN, "teardown", run_prefix, str(tmp)],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # outside our process group: a killpg of us spares it
+    )
+
+
+def sweep_leftovers(prefix):
+    """Tear down what dead runs of a lab left behind (a run whose guardian was killed
+    too). Every namespace and temp dir of a run is named PREFIX-PID-...; a run is dead
+    when its PID is."""
+    stale = set()
+    for line in sh("ip", "netns", "list").stdout.splitlines():
+        found = re.match(rf"({prefix}-(\d+))-", line)
+        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
+            stale.add(found[1])
+    for path in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}-*"):
+        found = re.match(rf"({prefix}-(\d+))-", path.name)
+        if found and not pathlib.Path(f"/proc/{found[2]}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+    for run_prefix in sorted(stale):
+        subprocess.run(
+            ["sh", "-c", TEARDOWN, "teardown", run_prefix, ""],
+            stdin=subprocess.DEVNULL,
+        )
+
+
+class Cluster:
+    """Hosts on one private link: a switch namespace with a bridge, one per host.
+
+    `subnet` is the first three numbers of a /24 in 198.18.0.0/15; the hosts get .1, .2,
+    ... in the order given.
+    """
+
+    def __init__(self, run_prefix, name, hosts, subnet):
+        self.name, self.subnet = name, subnet
+        self.hosts = {host: f"{subnet}.{i + 1}" for i, host in enumerate(hosts)}
+        self.ns = {host: f"{run_prefix}-{name}-{host}" for host in [*hosts, "switch"]}
+
+    def create(self):
+        switch = self.ns["switch"]
+        sh("ip", "netns", "add", switch)
+        sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", switch, "link", "set", "br0", "up")
+        for host, addr in self.hosts.items():
+            ns = self.ns[host]
+            sh("ip", "netns", "add", ns)
+            # Both ends are born inside namespaces: the machine's own never sees them.
+            sh(
+                "ip",
+                "-n",
+                ns,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host,
+                "netns",
+                switch,
+            )
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", switch, "link", "set", host, "master", "br0", "up")
+
+    def hosts_file(self, tmp, host, own_addr=None):
+        """/etc/hosts for `host`: every host by name; its own at `own_addr` if given."""
+        lines = ["127.0.0.1 localhost"]
+        for other, addr in self.hosts.items():
+            lines.append(f"{own_addr if (other == host and own_addr) else addr} {other}")
+        path = tmp / f"hosts-{self.name}-{host}"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def start(self, host, argv, env, hosts_file, log, cwd, stdin=subprocess.DEVNULL):
+        """Run argv on `host`: its network namespace, hostname and /etc/hosts."""
+        inside = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+        command = [
+            *("ip", "netns", "exec", self.ns[host]),
+            *("unshare", "--uts", "--mount", "sh", "-c", inside, "node"),
+            *(host, str(hosts_file), *argv),
+        ]
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **env},
+            stdin=stdin,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+        )
+
+    def run_in(self, host, *argv):
+        return sh("ip", "netns", "exec", self.ns[host], *argv).stdout
