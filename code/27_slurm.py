@@ -1,0 +1,662 @@
+"""A Slurm cluster for real: DDP jobs submitted with sbatch, a failure and a requeue.
+Needs root (network namespaces), iproute2, munge and Slurm (Debian: slurm-wlm).
+
+    sudo python code/27_slurm.py
+
+The cluster is three network namespaces on one machine, with the two-node lab's
+addressing (netns.py): `ctl` runs slurmctld and munged and is where we type commands
+(the login node), `node0` and `node1` each run one slurmd. Everything a cluster needs is
+made for this run in a temporary directory: a munge key, slurm.conf, spool, state and
+log folders. The folder `shared/` plays the file system every node mounts: the job
+scripts and elastic_train.py are copied there, jobs are submitted from there, and their
+checkpoints and slurm-%j.out land there.
+
+Three jobs, each submitted with sbatch and run by Slurm:
+
+  torchrun  code/slurm/train-torchrun.sbatch: srun starts one torchrun per node, and
+            each starts two ranks.
+  srun      code/slurm/train-srun.sbatch: srun starts the four ranks itself.
+  requeue   the torchrun script again; rank 3 crashes at a step, srun fails and the job
+            ends FAILED; `scontrol requeue` puts it back in the queue, and it runs
+            again from its checkpoint.
+
+The first two run side by side; the requeue job waits for the torchrun job
+(--dependency), since both want port 29400 on the head node. All three must end with
+the parameters of the single-process reference, the requeued one bit-identical to the
+torchrun job's. A watcher records each job's state as it changes.
+
+On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
+process in the run's namespaces and removes the temporary directory, key included.
+
+--json PATH writes: cluster, slurm_conf, jobs {torchrun, srun, requeue}, states,
+reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import pace  # noqa: E402
+from lab_cli import OneLineParser  # noqa: E402
+from netns import Cluster, start_guardian, sweep_leftovers  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+TRAIN = HERE / "elastic_train.py"
+SCRIPTS = {"torchrun": HERE / "slurm" / "train-torchrun.sbatch"}
+SCRIPTS["srun"] = HERE / "slurm" / "train-srun.sbatch"
+PREFIX = "ddpslurm"  # every namespace and temp dir of a run is named ddpslurm-PID-...
+SUBNET = "198.18.4"
+HOSTS = ("ctl", "node0", "node1")
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "sinfo")
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+# -------------------------------------------------------------------------------------
+# Settings
+# -------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per job")
+    parser.add_argument(
+        "--crash-at-step",
+        type=int,
+        default=4,
+        help="step at which rank 3 crashes (requeue job)",
+    )
+    # Written for a machine where `import torch` takes 2 s, stretched on a slower one.
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds before the whole run is stopped (default 150, at this machine's pace)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write every result to PATH")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2, got {args.steps}")
+    if not 2 <= args.crash_at_step <= args.steps:
+        parser.error(f"--crash-at-step must be between 2 and --steps ({args.steps})")
+    if args.deadline is not None and not args.deadline > 0:
+        parser.error("--deadline must be a positive number of seconds")
+    folder = os.path.dirname(os.path.abspath(args.json or "."))
+    if args.json and not os.path.isdir(folder):
+        parser.error(f"--json {args.json}: directory {folder!r} does not exist")
+    if os.geteuid() != 0:
+        print("27_slurm.py: needs root (network namespaces, Slurm's daemons)", file=sys.stderr)
+        sys.exit(2)  # as for bad input: this machine cannot run it as asked
+    tools = ("ip", "unshare", "hostname", *DAEMONS, *CLIENTS)
+    missing = ", ".join(tool for tool in tools if not shutil.which(tool))
+    if missing:
+        hint = "Debian: apt-get install iproute2 munge slurm-wlm"
+        parser.error(f"needs {missing} on PATH ({hint})")
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
+    if probe.returncode != 0:
+        parser.error("cannot create network namespaces here (needs CAP_SYS_ADMIN)")
+    if args.deadline is None:
+        args.deadline = pace.limit(150)
+    return args
+
+
+# -------------------------------------------------------------------------------------
+# Helpers: progress and stopping
+# -------------------------------------------------------------------------------------
+STARTED = time.monotonic()
+
+
+def progress(message):
+    """Where the run is, on stderr: a build that fails shows these last lines."""
+    print(f"[+{time.monotonic() - STARTED:5.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+class Stopped(Exception):
+    """SIGTERM, SIGINT or the deadline: unwind, so that the guardian tears down."""
+
+
+def on_signal(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+# -------------------------------------------------------------------------------------
+# The cluster: munge, slurm.conf, the daemons
+# -------------------------------------------------------------------------------------
+def make_munge_key(tmp):
+    """A fresh key for this run: every daemon and client of the cluster shares it, and
+    it is deleted with the run's temporary directory."""
+    folder = tmp / "munge"
+    folder.mkdir()
+    folder.chmod(0o755)  # munged wants its socket's folder open to every user
+    key = folder / "munge.key"
+    key.write_bytes(secrets.token_bytes(1024))
+    key.chmod(0o400)  # munged refuses a key that others may read
+    return folder
+
+
+def slurm_conf(tmp, cluster, munge):
+    """The whole cluster's configuration. Every path is inside this run's directory;
+    %n is the node's name, so the two slurmd of one machine keep apart."""
+    ctl, node0, node1 = (cluster.hosts[h] for h in HOSTS)
+    return textwrap.dedent(
+        f"""\
+        ClusterName=lab
+        SlurmctldHost=ctl({ctl})
+        SlurmUser=root
+        SlurmdUser=root
+        AuthType=auth/munge
+        CredType=cred/munge
+        AuthInfo=socket={munge}/munge.socket
+        # no cgroups: processes are tracked through /proc, tasks are not confined
+        ProctrackType=proctrack/linuxproc
+        TaskPlugin=task/none
+        # accounting off: no slurmdbd, so `scontrol show job` instead of `sacct`
+        AccountingStorageType=accounting_storage/none
+        JobAcctGatherType=jobacct_gather/none
+        JobCompType=jobcomp/none
+        SchedulerType=sched/builtin
+        SelectType=select/cons_tres
+        SelectTypeParameters=CR_CPU
+        # the nodes' CPU counts are taken from here, not from the machine
+        SlurmdParameters=config_overrides
+        ReturnToService=2
+        JobRequeue=1
+        MpiDefault=none
+        PlugStackConfig={tmp}/plugstack.conf
+        MailProg=/bin/true
+        # short timeouts: a lab, not a production cluster
+        SlurmctldTimeout=10
+        SlurmdTimeout=10
+        MessageTimeout=5
+        KillWait=2
+        MinJobAge=600
+        InactiveLimit=0
+        StateSaveLocation={tmp}/state
+        SlurmdSpoolDir={tmp}/spool/%n
+        SlurmctldPidFile={tmp}/run/slurmctld.pid
+        SlurmdPidFile={tmp}/run/slurmd-%n.pid
+        SlurmctldLogFile={tmp}/log/slurmctld.log
+        SlurmdLogFile={tmp}/log/slurmd-%n.log
+        NodeName=node0 NodeAddr={node0} CPUs=4 State=UNKNOWN
+        NodeName=node1 NodeAddr={node1} CPUs=4 State=UNKNOWN
+        PartitionName=lab Nodes=node0,node1 Default=YES MaxTime=10 State=UP
+        """
+    )
+
+
+def cgroup_version():
+    """cgroup/v2 where /sys/fs/cgroup is the unified hierarchy, else cgroup/v1 (a
+    container may mount v1 controllers on a tmpfs, which slurmd cannot autodetect)."""
+    mounts = pathlib.Path("/proc/mounts").read_text().splitlines()
+    unified = any(line.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"] for line in mounts)
+    return "cgroup/v2" if unified else "cgroup/v1"
+
+
+class Slurm:
+    """The running cluster: its namespaces, daemons, and the commands typed on `ctl`."""
+
+    def __init__(self, cluster, tmp):
+        self.cluster, self.tmp = cluster, tmp
+        self.shared = tmp / "shared"
+        self.conf = tmp / "slurm.conf"
+        self.env = {
+            "SLURM_CONF": str(self.conf),
+            # this Python's folder first: the jobs' torchrun and python are this venv's
+            "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}",
+        }
+
+    def start(self):
+        for folder in ("state", "spool/node0", "spool/node1", "run", "log", "shared"):
+            (self.tmp / folder).mkdir(parents=True)
+        (self.tmp / "plugstack.conf").write_text("")
+        # slurmd 22.05 starts a cgroup plugin even when no plugin in slurm.conf uses it;
+        # it reads cgroup.conf beside slurm.conf to learn which cgroup version to expect.
+        (self.tmp / "cgroup.conf").write_text(f"CgroupPlugin={cgroup_version()}\n")
+        munge = make_munge_key(self.tmp)
+        self.conf.write_text(slurm_conf(self.tmp, self.cluster, munge))
+        self.daemon(
+            "ctl",
+            "munged",
+            "--foreground",
+            "--force",
+            f"--socket={munge}/munge.socket",
+            f"--key-file={munge}/munge.key",
+            f"--log-file={munge}/munged.log",
+            f"--pid-file={munge}/munged.pid",
+            f"--seed-file={munge}/munged.seed",
+        )
+        wait_for(lambda: (munge / "munge.socket").exists(), "munged's socket")
+        self.daemon("ctl", "slurmctld", "-D", "-i", "-f", str(self.conf))
+        for node in ("node0", "node1"):
+            self.daemon(node, "slurmd", "-D", "-N", node, "-f", str(self.conf))
+        wait_for(self.nodes_idle, "both nodes idle in sinfo", seconds=30)
+
+    def daemon(self, host, *argv):
+        """A daemon in the foreground on `host`, its output in log/HOST-NAME.out."""
+        hosts_file = self.cluster.hosts_file(self.tmp, host)
+        with open(self.tmp / "log" / f"{host}-{argv[0]}.out", "w") as log:
+            self.cluster.start(host, argv, self.env, hosts_file, log, self.tmp)
+
+    def nodes_idle(self):
+        states = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False)
+        return sorted(states.split()) == ["idle", "idle", "node0", "node1"]
+
+    def run(self, *argv, check=True, cwd=None):
+        """A command typed on the login node (ctl)."""
+        proc = subprocess.run(
+            ["ip", "netns", "exec", self.cluster.ns["ctl"], *argv],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, **self.env},
+            cwd=cwd or self.shared,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def sbatch(self, script, options=(), args=()):
+        """Submit a job script from the shared folder; returns the job id."""
+        out = self.run("sbatch", "--parsable", *options, script.name, *args)
+        return out.strip().split(";")[0]
+
+    def job(self, job_id):
+        """`scontrol show job -o` as a dict."""
+        line = self.run("scontrol", "show", "job", "-o", job_id)
+        return dict(re.findall(r"([^\s=]+)=(\S*)", line))
+
+    def log(self, name):
+        return (self.tmp / "log" / name).read_text(errors="replace")
+
+
+def wait_for(ready, what, seconds=10):
+    deadline = time.monotonic() + pace.limit(seconds)
+    while not ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
+class StateWatcher(threading.Thread):
+    """Every change of every job's state, with the time it was seen (polled 10x a second,
+    so a state shorter than 0.1 s may pass unseen)."""
+
+    def __init__(self, slurm):
+        super().__init__(daemon=True)
+        self.slurm, self.changes, self.last, self.done = slurm, [], {}, False
+
+    def run(self):
+        while not self.done:
+            out = self.slurm.run("scontrol", "show", "job", "-o", check=False)
+            for line in out.splitlines():
+                fields = dict(re.findall(r"([^\s=]+)=(\S*)", line))
+                if "JobId" not in fields:
+                    continue
+                seen = (fields["JobState"], fields["Reason"], fields["Restarts"])
+                if self.last.get(fields["JobId"]) != seen:
+                    self.last[fields["JobId"]] = seen
+                    self.changes.append(
+                        {
+                            "t": time.time(),
+                            "job": fields["JobId"],
+                            "state": seen[0],
+                            "reason": seen[1],
+                            "restarts": int(seen[2]),
+                        }
+                    )
+            time.sleep(0.1)
+
+    def state(self, job_id):
+        return self.last.get(job_id, ("UNKNOWN",))[0]
+
+    def note(self, job_id, what):
+        """Something the lab did to a job, in the same timeline as its states."""
+        self.changes.append({"t": time.time(), "job": job_id, "action": what})
+
+
+# -------------------------------------------------------------------------------------
+# Reading a job's output
+# -------------------------------------------------------------------------------------
+def events(out_text):
+    """Every `@@` line the ranks printed into slurm-%j.out, in time order."""
+    found = []
+    for line in out_text.splitlines():
+        at = line.find("@@ {")
+        if at >= 0:
+            found.append(json.loads(line[at + 3 :]))
+    return sorted(found, key=lambda e: e["t"])
+
+
+def final_params(evs, name):
+    """The parameters every rank ended with, as float.hex() strings (all must agree)."""
+    finals = {tuple(e["params"]) for e in evs if e["event"] == "done"}
+    if len(finals) != 1:
+        sys.exit(f"27_slurm.py: the {name} job: {len(finals)} different final parameter sets")
+    return list(finals.pop())
+
+
+def ranks(evs):
+    starts = [e for e in evs if e["event"] == "start"]
+    keys = ("rank", "group_rank", "local_rank", "world", "resume_step")
+    return sorted(({k: e[k] for k in keys} for e in starts), key=lambda r: r["rank"])
+
+
+def shown_log(text, tmp):
+    """slurm-%j.out as a reader sees it, less the `@@` lines the lab reads and c10d's
+    warnings that it cannot look up a peer's name (the namespaces have no DNS server)."""
+    lines = text.splitlines()
+    dns = [ln for ln in lines if "hostname of the client socket cannot be retrieved" in ln]
+    kept = [ln for ln in lines if "@@ {" not in ln and ln not in dns]
+    if dns:
+        kept.append(f"({len(dns)} c10d warnings about reverse DNS left out)")
+    return "\n".join(ln.replace(str(tmp), "$TMP") for ln in kept)
+
+
+def reference_params(steps):
+    import elastic_train
+
+    return elastic_train.params_hex(elastic_train.reference(steps))
+
+
+def max_abs_diff(hex_a, hex_b):
+    pairs = zip(hex_a, hex_b, strict=True)
+    return max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in pairs)
+
+
+# -------------------------------------------------------------------------------------
+# The run
+# -------------------------------------------------------------------------------------
+def requeue_failed(slurm, watcher, job_id):
+    """What a user does when a job died of a failure it can resume from: put it back in
+    the queue, from the login node. Slurm then holds it back (Reason=BeginTime) before
+    it may start again; we read how long, then, as root, move its start time to now."""
+    wait_for(lambda: watcher.state(job_id) in ENDED, "the crashing job to end", 120)
+    failed = watcher.state(job_id)
+    if failed != "FAILED":
+        sys.exit(f"27_slurm.py: the job that should crash ended {failed}")
+    slurm.run("scontrol", "requeue", job_id)
+    watcher.note(job_id, f"scontrol requeue {job_id}")
+    wait_for(
+        lambda: watcher.last.get(job_id) == ("PENDING", "BeginTime", "1"),
+        "the requeued job to pend",
+        30,
+    )
+    info = slurm.job(job_id)
+    requeued, eligible = (local_time(info[k]) for k in ("SubmitTime", "EligibleTime"))
+    command = ["scontrol", "update", f"JobId={job_id}", "StartTime=now"]
+    slurm.run(*command)
+    watcher.note(job_id, " ".join(command))
+    return {
+        "reason": info["Reason"],
+        "eligible_time": info["EligibleTime"],
+        "hold_s": round(eligible - requeued),
+        "command": " ".join(command),
+    }
+
+
+def local_time(stamp):
+    """Slurm's YYYY-MM-DDTHH:MM:SS, in the machine's local time, as a Unix time."""
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+def wait_for_jobs(watcher, job_ids):
+    while not all(watcher.state(job) in ENDED for job in job_ids):
+        time.sleep(0.2)
+
+
+def job_result(slurm, job_id, name):
+    out = (slurm.shared / f"slurm-{job_id}.out").read_text(errors="replace")
+    evs = events(out)
+    info = slurm.job(job_id)
+    shown = ("JobId", "JobName", "JobState", "Reason", "Restarts", "ExitCode", "NodeList")
+    shown += ("NumNodes", "NumTasks", "CPUs/Task", "StdOut")
+    return {
+        "id": job_id,
+        "state": info["JobState"],
+        "exit_code": info["ExitCode"],
+        "restarts": int(info["Restarts"]),
+        "show_job": {k: info[k].replace(str(slurm.tmp), "$TMP") for k in shown if k in info},
+        "ranks": ranks(evs),
+        "params": final_params(evs, name) if info["JobState"] == "COMPLETED" else None,
+        "log": shown_log(out, slurm.tmp),
+        "events": evs,
+    }
+
+
+def state_text(change):
+    if "action" in change:
+        return f"we run: {change['action']}"
+    return f"{change['state']} ({change['reason']}), restarts={change['restarts']}"
+
+
+def controller_lines(log, job_id):
+    """(time, message) for slurmctld's log lines about starting, requeueing or ending
+    `job_id`: a state that lasts less than the watcher's poll still leaves its line."""
+    found = []
+    for line in log.splitlines():
+        m = re.match(r"^\[(\S+)\] (.*)$", line)
+        about_job = m and re.search(rf"JobId={job_id}\b", m[2])
+        if about_job and re.search(r"Allocate|Requeu|requeue|_job_complete: JobId=\d+ done", m[2]):
+            found.append((local_time(m[1]), m[2]))
+    return found
+
+
+def requeue_figures(job, changes, log):
+    """When rank 3 crashed, when the job went back, when it ran again and trained."""
+    evs = job["events"]
+    crash = next(e for e in evs if e["event"] == "crash")
+    t0 = crash["t"]
+    resumed_start = min(e["t"] for e in evs if e["event"] == "start" and e["resume_step"])
+    resumed = next(e for e in evs if e["event"] == "step" and e["t"] > resumed_start)
+    timeline = [(0.0, f"rank {crash['rank']} crashes at step {crash['step']}")]
+    for change in changes:
+        if change["job"] == job["id"]:
+            timeline.append((change["t"] - t0, state_text(change)))
+    for t, message in controller_lines(log, job["id"]):
+        timeline.append((t - t0, f"slurmctld: {message}"))
+    resume = sorted({e["resume_step"] for e in evs if e["event"] == "start"})
+    timeline.append((resumed_start - t0, f"ranks start again, resume steps {resume}"))
+    timeline.append((resumed["t"] - t0, f"step {resumed['step']} done"))
+    return {
+        "crash_step": crash["step"],
+        "resume_steps": resume,
+        "timeline": [{"t_s": round(t, 2), "what": w} for t, w in sorted(timeline)],
+        "crash_to_resumed_s": round(resumed["t"] - t0, 2),
+    }
+
+
+def run(args, tmp, run_prefix):
+    cluster = Cluster(run_prefix, "lab", list(HOSTS), SUBNET)
+    cluster.create()
+    progress(f"namespaces up: {', '.join(cluster.ns.values())}")
+    slurm = Slurm(cluster, tmp)
+    slurm.start()
+    sinfo = slurm.run("sinfo", "-N", "-o", "%N %P %T %c")
+    progress("slurmctld and both slurmd up, nodes idle")
+    for path in (TRAIN, *SCRIPTS.values()):
+        shutil.copy(path, slurm.shared)
+    # The launcher waits most of the run: it imports torch meanwhile, for the reference.
+    reference = {}
+    side = threading.Thread(
+        target=lambda: reference.update(params=reference_params(args.steps)),
+        daemon=True,
+    )
+    side.start()
+    watcher = StateWatcher(slurm)
+    watcher.start()
+    steps = f"--steps={args.steps}"
+    crash = [steps, f"--crash-at-step={args.crash_at_step}", "--crash-rank=3"]
+    submitted = {"torchrun": ([], [steps]), "srun": ([], [steps])}
+    ids = {}
+    for name, (options, script_args) in submitted.items():
+        ids[name] = slurm.sbatch(SCRIPTS[name], options, script_args)
+    # Both want port 29400 on the head node: the second waits for the first to end.
+    submitted["requeue"] = ([f"--dependency=afterany:{ids['torchrun']}"], crash)
+    ids["requeue"] = slurm.sbatch(SCRIPTS["torchrun"], *submitted["requeue"])
+    progress(f"submitted {ids}")
+    wait_for(lambda: watcher.state(ids["srun"]) == "RUNNING", "the srun job to run", 60)
+    squeue = slurm.run("squeue")
+    hold = requeue_failed(slurm, watcher, ids["requeue"])
+    progress(f"job {ids['requeue']} requeued; released from its {hold['hold_s']:g} s hold")
+    wait_for(lambda: watcher.state(ids["requeue"]) == "RUNNING", "the job to run again", 60)
+    wait_for_jobs(watcher, ids.values())
+    watcher.done = True
+    watcher.join()
+    progress("every job ended")
+    jobs = {name: job_result(slurm, job_id, name) for name, job_id in ids.items()}
+    for name, job in jobs.items():
+        script = SCRIPTS["torchrun" if name == "requeue" else name].name
+        options, script_args = submitted[name]
+        job["sbatch"] = " ".join(["sbatch", *options, script, *script_args])
+        if job["state"] != "COMPLETED":
+            print(job["log"][-3000:], file=sys.stderr)
+            for _, line in controller_lines(slurm.log("slurmctld.log"), job["id"]):
+                print(f"slurmctld: {line}", file=sys.stderr)
+            sys.exit(f"27_slurm.py: the {name} job ended {job['state']}")
+    side.join()
+    log = slurm.log("slurmctld.log")
+    requeue = {**requeue_figures(jobs["requeue"], watcher.changes, log), "hold": hold}
+    for job in jobs.values():
+        del job["events"]
+    t_first = watcher.changes[0]["t"]
+    from provenance import machine_facts
+
+    diffs = [max_abs_diff(jobs[n]["params"], reference["params"]) for n in ("torchrun", "srun")]
+    return {
+        "lab": "27_slurm",
+        "cluster": {"hosts": cluster.hosts, "namespaces": list(cluster.ns.values())},
+        "slurm_conf": slurm.conf.read_text().replace(str(tmp), "$TMP"),
+        "sinfo": sinfo,
+        "squeue": squeue,
+        "steps": args.steps,
+        "jobs": jobs,
+        "states": [{**c, "t_s": round(c["t"] - t_first, 2)} for c in watcher.changes],
+        "requeue": requeue,
+        "reference_max_abs_diff": max(diffs),
+        "requeue_bit_identical": jobs["requeue"]["params"] == jobs["torchrun"]["params"],
+        "crash_to_resumed_s": requeue["crash_to_resumed_s"],
+        "import_torch_s": pace.import_seconds(),
+        "env": machine_facts(),
+    }
+
+
+def say(text="", indent=""):
+    """Print `text` wrapped to 88 columns: every line of this report goes on a page."""
+    more = indent + "  "
+    print(textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=more))
+
+
+def command_lines(command):
+    """`ctl$ COMMAND`, broken with backslashes to fit a page's 88 columns."""
+    lines = ["ctl$"]
+    for word in command.split():
+        if len(lines[-1]) + len(word) > 84:
+            lines[-1] += " \\"
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return "\n".join(lines)
+
+
+def show_job(job):
+    """The fields of `scontrol show job` a reader checks first, a few to a line."""
+    fields = [f"{k}={v}" for k, v in job["show_job"].items()]
+    for start in range(0, len(fields), 4):
+        print("  " + " ".join(fields[start : start + 4]))
+
+
+def ranks_table(job):
+    print("rank  GROUP_RANK  LOCAL_RANK  WORLD_SIZE  resumed from step")
+    for row in job["ranks"]:
+        print(
+            f"{row['rank']:>4}  {row['group_rank']:>10}  {row['local_rank']:>10}  "
+            f"{row['world']:>10}  {row['resume_step']:>17}"
+        )
+
+
+def report(r):
+    """The short human report; the page embeds each `== part ==` block where it fits."""
+    jobs = r["jobs"]
+    print("== cluster ==")
+    print("ctl$ sinfo -N -o '%N %P %T %c'")
+    print(textwrap.indent(r["sinfo"].rstrip(), "  "))
+    for name in ("torchrun", "srun"):
+        job = jobs[name]
+        print(f"== {name} ==")
+        print(command_lines(job["sbatch"]))
+        print(f"  Submitted batch job {job['id']}")
+    print("== squeue ==")
+    print("ctl$ squeue   # while the first two jobs run")
+    print(textwrap.indent(r["squeue"].rstrip(), "  "))
+    for name in ("torchrun", "srun"):
+        job = jobs[name]
+        print(f"== {name}-result ==")
+        print(f"ctl$ scontrol show job {job['id']}   # after it ended")
+        show_job(job)
+        ranks_table(job)
+        print(f"ctl$ cat slurm-{job['id']}.out   # without the trainer's @@ lines")
+        for line in job["log"].splitlines():
+            say(line, indent="  ")
+    say(
+        f"after {r['steps']} steps, max |DDP - single-process full batch| over both jobs "
+        f"= {r['reference_max_abs_diff']:.1e}"
+    )
+    job, requeue = jobs["requeue"], r["requeue"]
+    print("== requeue ==")
+    print(command_lines(job["sbatch"]))
+    print(f"  Submitted batch job {job['id']}")
+    for row in requeue["timeline"]:
+        say(f"{row['t_s']:+7.2f} s  {row['what']}", indent="  ")
+    hold = requeue["hold"]
+    say(
+        f"Slurm held the requeued job {hold['hold_s']} s (Reason={hold['reason']}, "
+        f"EligibleTime={hold['eligible_time']}); `{hold['command']}` released it."
+    )
+    say(f"from the crash to the first step after the resume: {r['crash_to_resumed_s']} s")
+    print(f"ctl$ grep -v '^ *\\[rank' slurm-{job['id']}.out   # its launcher lines")
+    for line in job["log"].splitlines():
+        if re.match(r"^(job |srun|slurmstepd)", line):
+            say(line, indent="  ")
+    print(f"ctl$ scontrol show job {job['id']}")
+    show_job(job)
+    same = "yes" if r["requeue_bit_identical"] else "NO"
+    say(f"final parameters bit-identical to the uninterrupted torchrun job: {same}")
+
+
+def main():
+    args = parse_args()
+    sweep_leftovers(PREFIX)
+    run_prefix = f"{PREFIX}-{os.getpid()}"
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
+    guardian = start_guardian(run_prefix, tmp)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(signum, on_signal)
+    signal.setitimer(signal.ITIMER_REAL, args.deadline)
+    try:
+        result = run(args, tmp, run_prefix)
+    except Stopped as why:
+        late = why.args[0] == "SIGALRM"
+        what = f"stopped after {args.deadline:g} s" if late else why.args[0]
+        sys.exit(f"27_slurm.py: {what}; tore down the cluster, its daemons and jobs")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
+        guardian.stdin.close()  # the guardian tears down now
+        guardian.wait(timeout=30)
+    report(result)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""The Slurm lab, code/27_slurm.py: a real Slurm cluster in network namespaces.
+
+As root with Slurm and munge installed, the lab runs once for the module and the page's
+claims are checked on that run: the torchrun job and the srun job both train four ranks on
+two nodes to the single-process reference; the job whose rank 3 crashes is requeued, runs
+again from its checkpoint, and ends bit-identical to the uninterrupted torchrun job; the
+states seen include the requeue. Then SIGKILL mid-run: no namespace, daemon, job process,
+munge key, spool folder or state file of that run is left. Anywhere: bad input, a missing
+root and a missing binary are refused in one line, status 2.
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from site_tests.conftest import ROOT, pace
+
+LAB = ROOT / "code" / "27_slurm.py"
+RUN_TIMEOUT = 300  # seconds, at pace's reference: the lab stops itself at its 150 s deadline
+IS_ROOT = os.geteuid() == 0
+HAS_SLURM = all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "sbatch"))
+needs_cluster = pytest.mark.skipif(
+    not (IS_ROOT and HAS_SLURM),
+    reason="needs root and Slurm (apt-get install slurm-wlm munge)",
+)
+
+pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
+
+
+def lab(*args, env=None, timeout=RUN_TIMEOUT):
+    return subprocess.run(
+        [sys.executable, str(LAB), *args],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(timeout),
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def as_root(*args, env):
+    """The lab with geteuid() answering 0, for the checks that come after the root one."""
+    fake = f"import os, runpy, sys; os.geteuid = lambda: 0; sys.argv = [{str(LAB)!r}, *{args!r}]; "
+    fake += f"runpy.run_path({str(LAB)!r}, run_name='__main__')"
+    return subprocess.run(
+        [sys.executable, "-c", fake],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(30),
+        env=env,
+    )
+
+
+def namespace_inodes(pid):
+    """{name: inode} of the network namespaces a run with launcher `pid` has made."""
+    prefix = f"ddpslurm-{pid}-"
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found = {}
+    for line in names.splitlines():
+        if line.startswith(prefix):
+            name = line.split()[0]
+            try:
+                found[name] = os.stat(f"/run/netns/{name}").st_ino
+            except OSError:
+                continue
+    return found
+
+
+def leftovers(pid, inodes):
+    """Everything a run could leave: its namespaces, any process inside one of them or
+    naming the run's folder (the daemons do), the run's folder (key, spool, state)."""
+    prefix = f"ddpslurm-{pid}-"
+    found = list(namespace_inodes(pid))
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            net = os.readlink(proc / "ns" / "net")
+        except OSError:
+            continue
+        inode = int(re.search(r"\[(\d+)\]", net)[1])
+        if prefix in cmdline or inode in inodes:
+            found.append(f"process {proc.name}: {cmdline[:120]}")
+    found += [str(p) for p in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*")]
+    return found
+
+
+def wait_until_clean(pid, inodes, seconds=30):
+    deadline = time.monotonic() + pace.limit(seconds)
+    while (left := leftovers(pid, inodes)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+# ---------------------------------------------------------------------------------------------
+# Anywhere
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "1"], "--steps must be at least 2"),
+        (["--crash-at-step", "9"], "--crash-at-step must be between 2"),
+        (["--deadline", "0"], "--deadline must be a positive"),
+        (["--json", "/no/such/dir/r.json"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_before_torch(args, message, torch_refuses):
+    env = dict(os.environ, PYTHONPATH=str(torch_refuses))
+    proc = lab(*args, env=env, timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert message in line and "Traceback" not in line
+
+
+def test_not_root_is_one_line_status_2(torch_refuses):
+    fake = f"import os, runpy, sys; os.geteuid = lambda: 1000; sys.argv = [{str(LAB)!r}]; "
+    fake += f"runpy.run_path({str(LAB)!r}, run_name='__main__')"
+    env = dict(os.environ, PYTHONPATH=str(torch_refuses))
+    proc = subprocess.run(
+        [sys.executable, "-c", fake],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(30),
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs root" in line
+
+
+def test_missing_binary_is_one_line_status_2(tmp_path, torch_refuses):
+    """A PATH with every tool the lab needs but munged: it names munged, and the package."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ip", "unshare", "hostname", "slurmctld", "slurmd", "sbatch", "srun"):
+        (bin_dir / tool).symlink_to("/bin/true")
+    for tool in ("squeue", "scontrol", "sinfo"):
+        (bin_dir / tool).symlink_to("/bin/true")
+    env = dict(os.environ, PATH=str(bin_dir), PYTHONPATH=str(torch_refuses))
+    proc = as_root(env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs munged on PATH" in line and "slurm-wlm" in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# As root, with Slurm: one full run, read by many tests
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not (IS_ROOT and HAS_SLURM):
+        pytest.skip("needs root and Slurm (apt-get install slurm-wlm munge)")
+    out = tmp_path_factory.mktemp("slurm") / "result.json"
+    # Slurm's own ports, taken on the machine: the cluster's daemons listen inside their
+    # namespaces, so a slurmctld already running on the host cannot collide with them.
+    held = []
+    for port in (6817, 6818):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+            sock.listen()
+            held.append(sock)
+        except OSError:
+            sock.close()  # someone else holds it: the point stands either way
+    try:
+        proc = lab("--json", str(out))  # its default deadline, as a reader runs it
+    finally:
+        for sock in held:
+            sock.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    return {"result": json.loads(out.read_text()), "stdout": proc.stdout}
+
+
+def check_four_ranks(job):
+    rows = job["ranks"]
+    assert [row["rank"] for row in rows] == [0, 1, 2, 3], rows
+    assert [row["group_rank"] for row in rows] == [0, 0, 1, 1]  # two ranks per node
+    assert [row["local_rank"] for row in rows] == [0, 1, 0, 1]
+    assert all(row["world"] == 4 for row in rows)
+
+
+def test_torchrun_job_runs_one_launcher_per_node(run):
+    job = run["result"]["jobs"]["torchrun"]
+    assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
+    assert job["show_job"]["NumNodes"] == "2" and job["show_job"]["NumTasks"] == "2"
+    assert job["show_job"]["NodeList"] == "node[0-1]"
+    check_four_ranks(job)
+    assert "head node0" in job["log"]
+
+
+def test_srun_job_runs_one_task_per_rank(run):
+    job = run["result"]["jobs"]["srun"]
+    assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
+    assert job["show_job"]["NumTasks"] == "4"
+    check_four_ranks(job)
+
+
+def test_both_ways_match_the_reference(run):
+    r = run["result"]
+    # float64, the same examples per step: DDP's average and one process differ by rounding
+    assert r["reference_max_abs_diff"] < 1e-12
+    assert r["jobs"]["torchrun"]["params"] and r["jobs"]["srun"]["params"]
+
+
+def test_requeued_job_resumes_bit_identical(run):
+    r = run["result"]
+    job, requeue = r["jobs"]["requeue"], r["requeue"]
+    assert job["state"] == "COMPLETED" and job["restarts"] == 1
+    assert requeue["crash_step"] == 4
+    # the first run started fresh; the second resumed from step 3, saved before the crash
+    assert requeue["resume_steps"] == [0, 3]
+    assert r["requeue_bit_identical"] is True
+    assert job["params"] == r["jobs"]["torchrun"]["params"]
+    assert 0 < r["crash_to_resumed_s"] < pace.limit(RUN_TIMEOUT)
+    assert "restart 0" in job["log"] and "restart 1" in job["log"]  # one log, both runs
+
+
+def test_states_seen_include_the_requeue(run):
+    r = run["result"]
+    job_id = r["jobs"]["requeue"]["id"]
+    mine = [s for s in r["states"] if s["job"] == job_id and "state" in s]
+    states = [s["state"] for s in mine]
+    assert states[0] == "PENDING" and mine[0]["reason"] == "Dependency"
+    assert states[-1] == "COMPLETED"
+    # RUNNING, FAILED, then pending again with one restart counted, then RUNNING again
+    failed = states.index("FAILED")
+    again = next(i for i, s in enumerate(mine) if s["restarts"] == 1)
+    assert "RUNNING" in states[:failed] and failed < again
+    assert states[again] == "PENDING" and "RUNNING" in states[again:]
+    timeline = [row["what"] for row in r["requeue"]["timeline"]]
+    assert any(re.search(rf"Requeuing JobId={job_id}\b", w) for w in timeline), timeline
+    times = [row["t_s"] for row in r["requeue"]["timeline"]]
+    assert times == sorted(times)
+    assert r["requeue"]["hold"]["reason"] == "BeginTime" and r["requeue"]["hold"]["hold_s"] > 0
+
+
+def test_slurm_conf_is_the_one_the_page_describes(run):
+    conf = run["result"]["slurm_conf"]
+    for line in (
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "AuthType=auth/munge",
+        "JobAcctGatherType=jobacct_gather/none",
+        "ReturnToService=2",
+        "SlurmdSpoolDir=$TMP/spool/%n",
+    ):
+        assert line in conf.splitlines(), line
+    assert "cgroup" not in conf.replace("no cgroups", "").lower()
+    for addr in run["result"]["cluster"]["hosts"].values():
+        assert addr.startswith("198.18."), addr
+
+
+def test_report_blocks(run):
+    headers = re.findall(r"^== ([\w-]+) ==$", run["stdout"], re.MULTILINE)
+    assert headers == [
+        "cluster",
+        "torchrun",
+        "srun",
+        "squeue",
+        "torchrun-result",
+        "srun-result",
+        "requeue",
+    ]
+    assert all(len(line) <= 88 for line in run["stdout"].splitlines())
+
+
+def test_full_run_leaves_nothing(run):
+    pid = re.match(r"ddpslurm-(\d+)-", run["result"]["cluster"]["namespaces"][0])[1]
+    assert wait_until_clean(pid, set(), seconds=5) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# As root, with Slurm: SIGKILL while jobs run
+# ---------------------------------------------------------------------------------------------
+def job_step_running(pid, inodes):
+    """A slurmstepd (a job's step) is running inside one of the run's namespaces."""
+    return any("slurmstepd" in item for item in leftovers(pid, inodes))
+
+
+@needs_cluster
+def test_sigkill_mid_run_leaves_nothing():
+    proc = subprocess.Popen(
+        [sys.executable, str(LAB)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + pace.limit(60)
+    inodes = set()
+    while time.monotonic() < deadline:
+        inodes |= set(namespace_inodes(proc.pid).values())
+        if len(inodes) == 4 and job_step_running(proc.pid, inodes):
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the lab's jobs never started")
+    left = leftovers(proc.pid, inodes)
+    assert any("slurmctld" in item for item in left) and any("munged" in item for item in left)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=pace.limit(30))
+    assert wait_until_clean(proc.pid, inodes) == []
