@@ -186,8 +186,8 @@ def slurm_conf(tmp, cluster, munge):
         SlurmdPidFile={tmp}/run/slurmd-%n.pid
         SlurmctldLogFile={tmp}/log/slurmctld.log
         SlurmdLogFile={tmp}/log/slurmd-%n.log
-        NodeName=node0 NodeAddr={node0} CPUs=4 State=UNKNOWN
-        NodeName=node1 NodeAddr={node1} CPUs=4 State=UNKNOWN
+        NodeName=node0 NodeAddr={node0} CPUs=6 State=UNKNOWN
+        NodeName=node1 NodeAddr={node1} CPUs=6 State=UNKNOWN
         PartitionName=lab Nodes=node0,node1 Default=YES MaxTime=10 State=UP
         """
     )
@@ -257,7 +257,7 @@ class Slurm:
             capture_output=True,
             text=True,
             timeout=30,
-            env={**os.environ, **self.env},
+            env={**job_environment(), **self.env},
             cwd=cwd or self.shared,
         )
         if check and proc.returncode != 0:
@@ -269,6 +269,16 @@ class Slurm:
         out = self.run("sbatch", "--parsable", *options, script.name, *args)
         return out.strip().split(";")[0]
 
+    def sbatch_wrap(self, command, options=()):
+        """Submit a one-line job (sbatch --wrap); returns the job id."""
+        out = self.run("sbatch", "--parsable", *options, "--wrap", command)
+        return out.strip().split(";")[0]
+
+    def output(self, job_id):
+        """A job's slurm-%j.out so far ("" until its node has created it)."""
+        path = self.shared / f"slurm-{job_id}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def job(self, job_id):
         """`scontrol show job -o` as a dict."""
         line = self.run("scontrol", "show", "job", "-o", job_id)
@@ -276,6 +286,13 @@ class Slurm:
 
     def log(self, name):
         return (self.tmp / "log" / name).read_text(errors="replace")
+
+
+def job_environment():
+    """What sbatch passes on to a job (--export=ALL): our environment, less a
+    PYTHONUNBUFFERED we may have inherited (a build sets it), which would hide the
+    buffering the lab shows. The job scripts set it themselves."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
 
 
 def wait_for(ready, what, seconds=10):
@@ -408,6 +425,31 @@ def local_time(stamp):
     return datetime.datetime.fromisoformat(stamp).timestamp()
 
 
+# A job that prints a line, then works (sleeps) for a while: where does the line go?
+PRINT_THEN_WORK = "import time; print(time.ctime()); time.sleep(10)"
+
+
+def buffering_trap(slurm, watcher):
+    """The same one-line job twice, once with PYTHONUNBUFFERED=1 passed by --export:
+    what each slurm-%j.out holds while it runs, and after it ended."""
+    wrap = f"python3 -c '{PRINT_THEN_WORK}'"
+    options = {"plain": [], "unbuffered": ["--export=ALL,PYTHONUNBUFFERED=1"]}
+    ids = {name: slurm.sbatch_wrap(wrap, opts) for name, opts in options.items()}
+    wait_for(lambda: slurm.output(ids["unbuffered"]).strip(), "the unbuffered line", 30)
+    time.sleep(1)  # the plain job, started with it, has printed by now too; both sleep on
+    logs = {name: slurm.output(job_id) for name, job_id in ids.items()}
+    wait_for_jobs(watcher, ids.values())
+    return {
+        name: {
+            "id": job_id,
+            "sbatch": " ".join(["sbatch", *options[name], "--wrap", f'"{wrap}"']),
+            "while_running": logs[name],
+            "after": slurm.output(job_id),
+        }
+        for name, job_id in ids.items()
+    }
+
+
 def wait_for_jobs(watcher, job_ids):
     while not all(watcher.state(job) in ENDED for job in job_ids):
         time.sleep(0.2)
@@ -505,6 +547,7 @@ def run(args, tmp, run_prefix):
     progress(f"submitted {ids}")
     wait_for(lambda: watcher.state(ids["srun"]) == "RUNNING", "the srun job to run", 60)
     squeue = slurm.run("squeue")
+    buffering = buffering_trap(slurm, watcher)
     hold = requeue_failed(slurm, watcher, ids["requeue"])
     progress(f"job {ids['requeue']} requeued; released from its {hold['hold_s']:g} s hold")
     wait_for(lambda: watcher.state(ids["requeue"]) == "RUNNING", "the job to run again", 60)
@@ -537,6 +580,7 @@ def run(args, tmp, run_prefix):
         "slurm_conf": slurm.conf.read_text().replace(str(tmp), "$TMP"),
         "sinfo": sinfo,
         "squeue": squeue,
+        "buffering": buffering,
         "steps": args.steps,
         "jobs": jobs,
         "states": [{**c, "t_s": round(c["t"] - t_first, 2)} for c in watcher.changes],
@@ -611,6 +655,18 @@ def report(r):
         f"= {r['reference_max_abs_diff']:.1e}"
     )
     job, requeue = jobs["requeue"], r["requeue"]
+    print("== buffering ==")
+    for trap in r["buffering"].values():
+        print(command_lines(trap["sbatch"]))
+        print(f"  Submitted batch job {trap['id']}")
+    print("once the second one's line is there, while both still run:")
+    for trap in r["buffering"].values():
+        print(f"ctl$ cat slurm-{trap['id']}.out")
+        print(textwrap.indent(trap["while_running"] or "(empty)\n", "  "), end="")
+    print("after they ended:")
+    for trap in r["buffering"].values():
+        print(f"ctl$ cat slurm-{trap['id']}.out")
+        print(textwrap.indent(trap["after"] or "(empty)\n", "  "), end="")
     print("== requeue ==")
     print(command_lines(job["sbatch"]))
     print(f"  Submitted batch job {job['id']}")

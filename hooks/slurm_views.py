@@ -9,7 +9,10 @@ import re
 from lab_views import fence, folded, view
 from mkdocs.exceptions import PluginError
 
-PARTS = ("cluster", "torchrun", "srun", "squeue", "torchrun-result", "srun-result", "requeue")
+PARTS = (
+    *("cluster", "torchrun", "srun", "squeue", "torchrun-result", "srun-result"),
+    *("buffering", "requeue"),
+)
 
 
 def part(stdout, name):

@@ -247,6 +247,15 @@ def test_states_seen_include_the_requeue(run):
     assert r["requeue"]["hold"]["reason"] == "BeginTime" and r["requeue"]["hold"]["hold_s"] > 0
 
 
+def test_output_is_buffered_unless_export_passes_pythonunbuffered(run):
+    plain, unbuffered = (run["result"]["buffering"][k] for k in ("plain", "unbuffered"))
+    assert "--export" not in plain["sbatch"]
+    assert "--export=ALL,PYTHONUNBUFFERED=1" in unbuffered["sbatch"]
+    # the same line printed at the start: only the unbuffered job's log shows it at once
+    assert plain["while_running"] == "" and unbuffered["while_running"].strip()
+    assert plain["after"].strip() and plain["after"].count("\n") == 1
+
+
 def test_slurm_conf_is_the_one_the_page_describes(run):
     conf = run["result"]["slurm_conf"]
     for line in (
@@ -272,6 +281,7 @@ def test_report_blocks(run):
         "squeue",
         "torchrun-result",
         "srun-result",
+        "buffering",
         "requeue",
     ]
     assert all(len(line) <= 88 for line in run["stdout"].splitlines())
