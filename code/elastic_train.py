@@ -1,19 +1,27 @@
 """An elastic-ready DDP training script: torchrun may stop and restart it at any step.
 
-    torchrun --standalone --nproc_per_node=2 code/elastic_train.py --ckpt-dir=/tmp/ckpt
+    torchrun --standalone --nproc_per_node=2 --max_restarts=1 \
+        code/elastic_train.py --ckpt-dir=/shared/ckpt
+    CKPT_DIR=/shared/ckpt torchrun --standalone --nproc_per_node=2 code/elastic_train.py
     # two nodes in network namespaces: sudo python code/26_two_nodes.py
 
 A restart runs this file from its first line, so it is elastic-ready in three ways:
-1. at start it resumes from its newest checkpoint (model, optimizer, step), before DDP
-   wraps the model, so that DDP's first broadcast carries the restored weights;
-2. it saves atomically every step (a temporary file, forced to disk, then renamed) and
-   deletes all but the newest KEEP checkpoints;
+1. at start it resumes from its newest complete checkpoint, before DDP wraps the model,
+   so that DDP's first broadcast carries the restored weights. The checkpoint holds all
+   that the next step depends on: the model, the optimizer (momentum), the LR scheduler,
+   the GradScaler, the epoch and the step, the sampler's epoch (its shuffle) and torch's
+   random generators (the dropout masks);
+2. rank 0 saves atomically every step (a temporary file forced to disk, renamed, then the
+   folder forced to disk) into a folder every node sees, and deletes all but the newest
+   KEEP checkpoints;
 3. it derives everything that depends on the world size at start, from WORLD_SIZE.
 
-It trains a float64 linear model on a fixed synthetic data set with DistributedSampler
-and DDP on gloo. Every step covers the whole data set once, so the averaged gradient is
-the full-batch gradient, and `reference` reproduces the training in one process.
-Each rank prints one JSON line per event, prefixed with `@@`, for the launcher to read.
+It trains a float64 linear model with feature dropout on a fixed synthetic data set, in
+mini-batches that DistributedSampler shuffles anew each epoch, with DDP on gloo. Step k
+of an epoch trains on the same GLOBAL_BATCH examples whatever the world size, so
+`reference` reproduces the training in one process (to rounding), and a resumed run
+matches an uninterrupted one bit for bit. Each rank prints one JSON line per event,
+prefixed with `@@`, for the launcher to read.
 """
 
 import argparse
@@ -33,13 +41,21 @@ from torch.utils.data import DistributedSampler, TensorDataset
 # -------------------------------------------------------------------------------------
 # Settings
 # -------------------------------------------------------------------------------------
-SAMPLES, FEATURES, SEED, LR, MOMENTUM = 64, 8, 26, 0.05, 0.9
+SAMPLES, FEATURES, SEED = 64, 8, 26
+GLOBAL_BATCH = 16  # examples per step, summed over the ranks
+STEPS_PER_EPOCH = SAMPLES // GLOBAL_BATCH
+LR, MOMENTUM, LR_HALVES_EVERY = 0.05, 0.9, 5  # steps between halvings of the LR
+DROP = 0.25  # the share of input features dropout zeroes in each step
 KEEP = 2  # checkpoints left on disk after each save; older ones are deleted
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ckpt-dir", required=True, help="shared checkpoint folder")
+    parser.add_argument(
+        "--ckpt-dir",
+        default=os.environ.get("CKPT_DIR"),
+        help="checkpoint folder on a file system every node mounts (default: $CKPT_DIR)",
+    )
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps in all")
     parser.add_argument("--timeout", type=float, default=20, help="seconds to wait")
     parser.add_argument(
@@ -49,11 +65,14 @@ def parse_args():
         help="fault injection: --crash-rank dies at this step in a fresh start",
     )
     parser.add_argument("--crash-rank", type=int, default=3, help="rank that crashes")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if not args.ckpt_dir:
+        parser.error("name a shared checkpoint folder: --ckpt-dir or $CKPT_DIR")
+    return args
 
 
 # -------------------------------------------------------------------------------------
-# Helpers
+# Data, model, and what trains it
 # -------------------------------------------------------------------------------------
 def report(event, **fields):
     """One machine-readable line; the wall clock lets the launcher line up the nodes."""
@@ -72,9 +91,26 @@ def data_set():
     return TensorDataset(x, x @ true_w + 0.1)
 
 
+class DropoutLinear(torch.nn.Module):
+    """A linear model whose inputs lose a random quarter of their features each step.
+
+    The mask comes from torch's global generator, seeded alike on every rank, so all ranks
+    (and the one-process reference) draw the same mask each step: the generator's state is
+    part of the training's state, and a resume that does not restore it draws other masks.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(FEATURES, 1).double()
+
+    def forward(self, x):
+        keep = (torch.rand(1, FEATURES, dtype=x.dtype) >= DROP).to(x.dtype)
+        return self.linear(x * keep / (1 - DROP))
+
+
 def new_model():
-    torch.manual_seed(SEED)  # the same initial weights everywhere
-    return torch.nn.Linear(FEATURES, 1).double()
+    torch.manual_seed(SEED)  # the same initial weights, and masks, everywhere
+    return DropoutLinear()
 
 
 def new_optimizer(params):
@@ -82,6 +118,30 @@ def new_optimizer(params):
     return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
+def new_scheduler(optimizer):
+    return torch.optim.lr_scheduler.StepLR(optimizer, LR_HALVES_EVERY, gamma=0.5)
+
+
+def new_scaler():
+    # float64 on the CPU needs no loss scaling: the scaler is disabled and its state is {}.
+    # With float16 autocast on GPUs it is enabled, and its scale must survive a restart.
+    return torch.amp.GradScaler("cpu", enabled=False)
+
+
+def epoch_batches(sampler, per_rank):
+    """This rank's batches of the sampler's current epoch, in order.
+
+    DistributedSampler hands rank r every world-th index of one shuffled order, so batch k
+    of every rank together is positions k*GLOBAL_BATCH .. (k+1)*GLOBAL_BATCH-1 of that
+    order: the same examples in step k whatever the world size.
+    """
+    order = list(sampler)
+    return [order[i : i + per_rank] for i in range(0, len(order), per_rank)]
+
+
+# -------------------------------------------------------------------------------------
+# Checkpoints
+# -------------------------------------------------------------------------------------
 def checkpoint_path(ckpt_dir, step):
     return ckpt_dir / f"step-{step:04d}.pt"
 
@@ -103,19 +163,63 @@ def agreed_resume_step(ckpt_dir, rank):
     return int(step.item())
 
 
-def save_atomically(ckpt_dir, step, model, optimizer):
+# --8<-- [start:state]
+def training_state(step, epoch, model, optimizer, scheduler, scaler, sampler):
+    """Everything the next step depends on. The ranks draw the same random numbers, so
+    rank 0's generators stand for every rank's."""
+    return {
+        "step": step,
+        "epoch": epoch,
+        "sampler_epoch": sampler.epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
+    }
+
+
+def restore(state, model, optimizer, scheduler, scaler, sampler):
+    """Put every piece back; return the step and the epoch to go on from."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])  # momentum: each rank needs its copy
+    scheduler.load_state_dict(state["scheduler"])
+    scaler.load_state_dict(state["scaler"])
+    sampler.set_epoch(state["sampler_epoch"])  # else the epoch replays epoch 0's shuffle
+    torch.set_rng_state(state["rng"]["torch"])
+    if state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return state["step"], state["epoch"]
+
+
+# --8<-- [end:state]
+
+
+# --8<-- [start:save]
+def save_atomically(ckpt_dir, step, state):
     """Write a temporary file, force it to disk, then rename it: a crash never leaves a
-    half file, and a reader on another node sees no file or all of it. Then prune."""
+    half file under a checkpoint's name, and a reader on another node sees no file or
+    all of it. Then force the folder (the rename) to disk too, and prune."""
     final = checkpoint_path(ckpt_dir, step)
     tmp = final.with_suffix(".tmp")
-    state = {"step": step, "model": model.state_dict(), "opt": optimizer.state_dict()}
     with open(tmp, "wb") as file:
         torch.save(state, file)
         file.flush()
         os.fsync(file.fileno())  # the bytes are on disk before the name points at them
     os.replace(tmp, final)  # atomic on POSIX
+    folder = os.open(ckpt_dir, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the new name survives a power cut too
+    finally:
+        os.close(folder)
     for old in checkpoints(ckpt_dir)[:-KEEP]:
         old.unlink()
+
+
+# --8<-- [end:save]
 
 
 def params_hex(model):
@@ -127,62 +231,86 @@ def params_hex(model):
 # -------------------------------------------------------------------------------------
 # Training
 # -------------------------------------------------------------------------------------
+def train_step(model, optimizer, scheduler, scaler, x, y):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)  # DDP averages the ranks' gradients
+    scaler.scale(loss).backward()  # with the scaler disabled: loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+
+
 def train(args):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     ckpt_dir = pathlib.Path(args.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
 
     # What depends on the world size is derived now, from this start's WORLD_SIZE.
-    assert SAMPLES % world == 0, f"{SAMPLES} examples do not split over {world} ranks"
-    per_rank = SAMPLES // world
+    assert GLOBAL_BATCH % world == 0, f"{GLOBAL_BATCH} examples do not split over {world}"
+    per_rank = GLOBAL_BATCH // world
     dataset = data_set()
     sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=SEED)
     model = new_model()
     optimizer = new_optimizer(model.parameters())
+    scheduler, scaler = new_scheduler(optimizer), new_scaler()
 
-    # Resume before DDP wraps the model: its constructor then broadcasts the restored weights.
-    start = agreed_resume_step(ckpt_dir, rank)
-    if start:
-        state = torch.load(checkpoint_path(ckpt_dir, start), weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["opt"])  # momentum: every rank needs its own copy
+    # --8<-- [start:resume]
+    # Resume before DDP wraps the model: its constructor then broadcasts the restored
+    # weights, and every rank has restored the same state from the same file.
+    step, epoch = agreed_resume_step(ckpt_dir, rank), 0
+    if step:
+        state = torch.load(checkpoint_path(ckpt_dir, step), weights_only=True)
+        step, epoch = restore(state, model, optimizer, scheduler, scaler, sampler)
+    resume_step = step
     model = DDP(model)
+    # --8<-- [end:resume]
     report(
         "start",
         group_rank=int(os.environ["GROUP_RANK"]),
         local_rank=int(os.environ["LOCAL_RANK"]),
         world=world,
         restart=restart,
-        resume_step=start,
+        resume_step=resume_step,
     )
 
-    for step in range(start + 1, args.steps + 1):
-        # Only a fresh start crashes: the restarted attempt resumes past this step.
-        if step == args.crash_at_step and rank == args.crash_rank and start == 0:
-            report("crash", step=step)
-            os._exit(1)  # a hard crash: no exception handler, no `finally`
-        sampler.set_epoch(step)  # a new shuffle each step, the same after a restart
-        x, y = dataset[list(sampler)]
-        assert len(x) == per_rank
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)  # DDP averages the ranks
-        loss.backward()
-        optimizer.step()
-        if rank == 0:
-            save_atomically(ckpt_dir, step, model.module, optimizer)
-        report("step", step=step, restart=restart)
+    while step < args.steps:
+        # The step says where in the epoch to go on from (> 0 after a mid-epoch resume).
+        for indices in epoch_batches(sampler, per_rank)[step % STEPS_PER_EPOCH :]:
+            step += 1
+            # Only a fresh start crashes: the restarted attempt resumes past this step.
+            if step == args.crash_at_step and rank == args.crash_rank and resume_step == 0:
+                report("crash", step=step)
+                os._exit(1)  # a hard crash: no exception handler, no `finally`
+            train_step(model, optimizer, scheduler, scaler, *dataset[indices])
+            if step % STEPS_PER_EPOCH == 0:  # the epoch is over: the next one reshuffles
+                epoch += 1
+                sampler.set_epoch(epoch)
+            if rank == 0:
+                parts = (model.module, optimizer, scheduler, scaler, sampler)
+                save_atomically(ckpt_dir, step, training_state(step, epoch, *parts))
+            report("step", step=step, restart=restart)
+            if step == args.steps:
+                break
     report("done", params=params_hex(model.module))
 
 
 def reference(steps):
-    """The same training in one process on the full batch: what the ranks must match."""
-    x, y = data_set().tensors
+    """The same training in one process, on the same global batches: what the ranks
+    must match, to rounding."""
+    dataset = data_set()
+    sampler = DistributedSampler(dataset, 1, 0, shuffle=True, seed=SEED)
     model = new_model()
     optimizer = new_optimizer(model.parameters())
-    for _ in range(steps):
+    scheduler = new_scheduler(optimizer)
+    for step in range(steps):
+        epoch, k = divmod(step, STEPS_PER_EPOCH)
+        sampler.set_epoch(epoch)
+        x, y = dataset[epoch_batches(sampler, GLOBAL_BATCH)[k]]
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
+        scheduler.step()
     return model
 
 
