@@ -5,7 +5,8 @@ download, so each exercise's tests run once per mode:
 - the solutions (what the build's `exercises` lab run also checks);
 - the starters, where each exercise must fail with its own NotImplementedError (exercise 4,
   which builds on exercise 3, is graded beside exercise 3's solution; exercise 7 has no gap
-  to fill, only bugs: its starter must hang, the first of them);
+  to fill, only bugs: its starter must hang, the first of them; exercise 8's starter is a
+  working single-device script: it must fail for want of DDP);
 - solutions broken on purpose, one claim at a time, where exactly the test that guards the
   claim must fail: the proof that the checks have teeth, including the hang message and the
   "first all_reduce before backward finishes" timestamps.
@@ -39,8 +40,9 @@ import labrunner  # noqa: E402
 EXERCISES = ROOT / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
 PAGES = EXERCISES / "pages"
-NUMBERS = range(1, 8)
-RUN_TIMEOUT_S = 240
+NUMBERS = range(1, 9)
+# Exercise 8 alone starts three torchrun jobs, with a restart in two: a minute or more.
+RUN_TIMEOUT_S = 420
 
 
 def learner_folder(path, solved=(), mutants=None):
@@ -118,7 +120,7 @@ def starter_4_on_solution_3(tmp_path_factory):
     return grade(tmp, learner_folder(tmp / "ex4", solved=["ex3_bucketed_ddp.py"]), "ex4")
 
 
-def test_there_are_seven_exercises_each_with_tests_solution_and_page():
+def test_there_are_eight_exercises_each_with_tests_solution_and_page():
     for number in NUMBERS:
         (starter,) = EXERCISES.glob(f"ex{number}_*.py")
         assert (EXERCISES / f"test_{starter.name}").is_file()
@@ -135,7 +137,7 @@ def test_every_solution_passes(solutions):
     assert sorted(rows) == list(NUMBERS)
     for number, row in rows.items():
         assert row["solved"], f"exercise {number}'s solution fails: {row['first_failure']}"
-    assert returncode == 0 and "7 of 7 solved" in output
+    assert returncode == 0 and "8 of 8 solved" in output
 
 
 @pytest.mark.parametrize("number", [1, 2, 3, 5, 6])
@@ -171,7 +173,12 @@ def test_a_learner_file_that_holds_anything_is_graded_not_crashed_on(tmp_path):
 def test_starter_7_hangs_and_says_so(starters):
     rows, _, output = starters
     assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
-    assert "0 of 7 solved" in output
+    assert "0 of 8 solved" in output
+
+
+def test_starter_8_trains_alone_and_says_ddp_is_missing(starters):
+    rows, _, _ = starters
+    assert "rank 0 never wrapped its model in DistributedDataParallel" in rows[8]["first_failure"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,6 +213,8 @@ MUTANT_SETS = {
         ],
         # set_epoch forgotten again
         "ex7_fix_this_script.py": [("        sampler.set_epoch(epoch)", "        pass")],
+        # the random generator's state saved but not restored: other dropout masks
+        "ex8_convert_your_script.py": [('        torch.set_rng_state(state["rng"])\n', "")],
     },
     "second": {
         # reduce-scatter without the all-gather
@@ -239,6 +248,8 @@ MUTANT_SETS = {
                 "Subset(dataset, [*range(rank, len(dataset), world_size)] + [0] * rank)",
             )
         ],
+        # the sampler's epoch not restored: the resumed epoch replays epoch 0's order
+        "ex8_convert_your_script.py": [('        sampler.set_epoch(state["sampler_epoch"])\n', "")],
     },
     # The defects an outside DDP test suite found that the graders once passed: the models
     # now have frozen parameters, a tied weight, a buffer, and other weights on each rank.
@@ -257,6 +268,8 @@ MUTANT_SETS = {
         ],
         # `state` ignored: the default group, whatever group DDP runs on
         "ex5_comm_hook.py": [("    group = state  #", "    group = None  #")],
+        # written straight under the checkpoint's name: a crash mid-write leaves a torn file
+        "ex8_convert_your_script.py": [('    tmp = final.with_suffix(".tmp")', "    tmp = final")],
     },
     "fourth": {
         # a gradient that is None skipped: the ranks' all_reduces pair up different parameters
@@ -270,6 +283,8 @@ MUTANT_SETS = {
                 "params = list(module.parameters())",
             )
         ],
+        # no DDP: each rank trains on its half alone
+        "ex8_convert_your_script.py": [("    model = DDP(net)", "    model = net")],
     },
     "fifth": {
         # a tied weight listed twice
@@ -279,7 +294,11 @@ MUTANT_SETS = {
                 "params = [p for _, p in module.named_parameters(remove_duplicate=False) "
                 "if p.requires_grad]",
             )
-        ]
+        ],
+        # ranks that start apart: seeded by rank, each draws its own dropout masks
+        "ex8_convert_your_script.py": [
+            ("    torch.manual_seed(SEED)  #", "    torch.manual_seed(SEED + rank)  #")
+        ],
     },
     "sixth": {
         # parameters broadcast, buffers not
@@ -288,10 +307,16 @@ MUTANT_SETS = {
                 "for tensor in [*module.parameters(), *module.buffers()]:",
                 "for tensor in module.parameters():",
             )
-        ]
+        ],
+        # only rank 0 resumes; DDP's broadcast brings back its weights, nothing else
+        "ex8_convert_your_script.py": [("    if step:\n", "    if step and rank == 0:\n")],
     },
 }
 
+RESUMES = {
+    "test_a_killed_rank_resumes_to_the_same_bits",
+    "test_a_rank_killed_mid_save_resumes_to_the_same_bits",
+}
 EXPECTED = {
     ("first", 1): (
         {"*"},
@@ -346,25 +371,41 @@ EXPECTED = {
     ("fourth", 3): ({"*"}, "registered a hook on embed.weight, a frozen parameter"),
     ("fifth", 3): ({"*"}, "registered 2 hooks on middle.weight (tied to again.weight)"),
     ("sixth", 3): ({"*"}, "rank 1's shift (a buffer) differs from rank 0's"),
+    ("first", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
+    ("second", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
+    ("third", 8): (
+        {"test_a_rank_killed_mid_save_resumes_to_the_same_bits"},
+        "killed halfway through checkpoint 6: torchrun exited with status 1",
+    ),
+    ("fourth", 8): ({"*"}, "rank 0 never wrapped its model in DistributedDataParallel"),
+    ("fifth", 8): ({"*"}, "from one process training on the same whole batches"),
+    ("sixth", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
 }
 
 
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
+    """Grade a set the first time a test asks for it: each test's time limit then covers
+    one set's grading, not all six (exercise 8 alone runs three torchrun jobs per set)."""
     graded = {}
-    for name, mutated in MUTANT_SETS.items():
-        tmp = tmp_path_factory.mktemp(f"mutants-{name}")
-        solved = [path.name for path in SOLUTIONS.glob("ex*.py")]
-        folder = learner_folder(tmp / name, solved=solved, mutants=mutated)
-        numbers = sorted(int(file[2]) for file in mutated)
-        graded[name] = grade(tmp, folder, *map(str, numbers))[0]
-    return graded
+
+    def graded_set(name):
+        if name not in graded:
+            mutated = MUTANT_SETS[name]
+            tmp = tmp_path_factory.mktemp(f"mutants-{name}")
+            solved = [path.name for path in SOLUTIONS.glob("ex*.py")]
+            folder = learner_folder(tmp / name, solved=solved, mutants=mutated)
+            numbers = sorted(int(file[2]) for file in mutated)
+            graded[name] = grade(tmp, folder, *map(str, numbers))[0]
+        return graded[name]
+
+    return graded_set
 
 
 @pytest.mark.parametrize(("mutant_set", "number"), sorted(EXPECTED))
 def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
     failing, words = EXPECTED[mutant_set, number]
-    row = mutants[mutant_set][number]
+    row = mutants(mutant_set)[number]
     assert not row["solved"], f"exercise {number} passed with a broken solution"
     if failing != {"*"}:
         assert set(row["failed_tests"]) == failing
@@ -435,6 +476,9 @@ def scratch_chapter(tmp_path_factory):
     (work / "docs" / "chapters").mkdir(parents=True)
     (work / "docs" / "failures.md").write_text("# Failure gallery\n")
     (work / "docs" / "glossary.md").write_text("# Glossary\n\n## Collectives\n")
+    (work / "docs" / "chapters" / "05-launching.md").write_text(
+        "# Launching\n\n### Elastic restarts, and what an elastic-ready script does\n"
+    )
     includes = [f'--8<-- "exercises/pages/{page.name}"' for page in sorted(PAGES.glob("*.md"))]
     chapter = "# A chapter\n\n" + "\n\n".join(includes) + "\n"
     (work / "docs" / "chapters" / "chapter.md").write_text(chapter)
