@@ -22,6 +22,8 @@ import pytest
 from markdown.extensions.toc import slugify
 
 from site_tests.conftest import ROOT, mkdocs_build, pace
+from site_tests.test_where_stuck import SCRIPT as STUCK_SCRIPT
+from site_tests.test_where_stuck import call_lines
 
 HOOK = ROOT / "hooks" / "labs.py"
 
@@ -533,3 +535,19 @@ def test_no_page_points_at_the_one_page_module_it_was_split_from(built_site):
         if hits := module_leftovers(index.read_text(encoding="utf-8")):
             found[index.parent.relative_to(site).as_posix()] = hits[:3]
     assert not found, found
+
+
+def test_chapter_shows_the_dump(built_site):
+    site, _ = built_site
+    page = (site / "chapters" / "06-debugging" / "index.html").read_text(encoding="utf-8")
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    body = call_lines(STUCK_SCRIPT, "log_on_rank0_then_barrier")
+    for call in ("dist.all_reduce(", "dist.barrier("):
+        (line,) = [n for n, code in body.items() if code.startswith(call)]
+        assert f"log_on_rank0_then_barrier ({STUCK_SCRIPT.name}:{line})" in text, call
+    assert "py-spy dump --pid" in text
+    assert 'href="../../failures/#1-a-collective-inside-if-rank-0"' in page
+    # the file those line numbers are in is the one the page offers for download
+    assert 'href="../../code/where_stuck.py"' in page
+    for name in (STUCK_SCRIPT.name, "pace.py", "provenance.py"):
+        assert (site / "code" / name).read_bytes() == (ROOT / "code" / name).read_bytes()
