@@ -6,7 +6,8 @@ two nodes to the single-process reference; the job whose rank 3 crashes is reque
 again from its checkpoint, and ends bit-identical to the uninterrupted torchrun job; the
 states seen include the requeue. Then SIGKILL mid-run: no namespace, daemon, job process,
 munge key, spool folder or state file of that run is left. Anywhere: bad input, a missing
-root and a missing binary are refused in one line, status 2.
+root and a missing binary are refused in one line, status 2, and the page's port trap holds
+on torch itself.
 """
 
 import json
@@ -323,3 +324,18 @@ def test_sigkill_mid_run_leaves_nothing():
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=pace.limit(30))
     assert wait_until_clean(proc.pid, inodes) == []
+
+
+def test_a_second_rendezvous_on_a_taken_port_joins_the_store_holding_it():
+    """The page's port trap, asserted on torch itself: torchrun's c10d rendezvous finds its
+    port taken on its own host and, instead of failing, becomes a client of whatever store
+    holds the port, here one that a first job owns."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+
+    first_job = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    first_job.set("owner", "the first job")
+    second = RendezvousParameters("c10d", f"127.0.0.1:{first_job.port}", "job-2", 1, 1)
+    _, store = create_backend(second)
+    assert store.get("owner") == b"the first job", "the second job hosts a store of its own"
