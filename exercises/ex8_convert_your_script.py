@@ -23,6 +23,7 @@ and report_final as they are, and call report_final(model) on every rank at the 
 import argparse
 import json
 import os
+import sys
 
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
@@ -59,7 +60,10 @@ def report_final(model):
     module = getattr(model, "module", model)
     values = [v.hex() for p in module.parameters() for v in p.detach().flatten().tolist()]
     line = {"event": "final", "rank": int(os.environ.get("RANK", 0)), "params": values}
-    print("@@ " + json.dumps(line), flush=True)
+    # One write per line: the ranks share stdout, and print() writes the text and its
+    # newline in two calls, between which another rank's line can land.
+    sys.stdout.write("@@ " + json.dumps(line) + "\n")
+    sys.stdout.flush()
 
 
 def batches(sampler, per_rank):

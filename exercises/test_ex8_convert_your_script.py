@@ -56,8 +56,14 @@ def torchrun(fault=None):
             os.killpg(job.pid, signal.SIGKILL)
             output, _ = job.communicate()
             pytest.fail(f"the job was still running after {JOB_TIMEOUT_S} s:\n{output[-3000:]}")
-    reports = [json.loads(line[3:]) for line in output.splitlines() if line.startswith("@@ ")]
-    return job.returncode, reports, output
+    return job.returncode, reports_in(output), output
+
+
+def reports_in(output):
+    """The `@@` reports, wherever they landed: a rank's own print() writes its text and its
+    newline in two calls, so another rank's report can start in the middle of a line."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(piece)[0] for piece in output.split("@@ ")[1:]]
 
 
 def finished(job, what):

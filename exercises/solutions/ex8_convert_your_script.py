@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import pathlib
+import sys
 
 import torch
 import torch.distributed as dist
@@ -50,7 +51,10 @@ def report_final(model):
     module = getattr(model, "module", model)
     values = [v.hex() for p in module.parameters() for v in p.detach().flatten().tolist()]
     line = {"event": "final", "rank": int(os.environ.get("RANK", 0)), "params": values}
-    print("@@ " + json.dumps(line), flush=True)
+    # One write per line: the ranks share stdout, and print() writes the text and its
+    # newline in two calls, between which another rank's line can land.
+    sys.stdout.write("@@ " + json.dumps(line) + "\n")
+    sys.stdout.flush()
 
 
 def batches(sampler, per_rank):
