@@ -43,10 +43,8 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -55,7 +53,7 @@ import uuid
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
-from netns import Cluster, start_guardian, sweep_leftovers  # noqa: E402
+from netns import Cluster, Stopped, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -147,14 +145,6 @@ def progress(message):
         file=sys.stderr,
         flush=True,
     )
-
-
-class Stopped(Exception):
-    """SIGTERM, SIGINT or the deadline: unwind, so that the guardian tears down."""
-
-
-def on_signal(signum, frame):
-    raise Stopped(signal.Signals(signum).name)
 
 
 # -------------------------------------------------------------------------------------
@@ -609,25 +599,10 @@ def report(r):
 
 def main():
     args = parse_args()
-    sweep_leftovers(PREFIX)
-    run_prefix = f"{PREFIX}-{os.getpid()}"
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
-    guardian = start_guardian(run_prefix, tmp)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
-        signal.signal(signum, on_signal)
-    signal.setitimer(signal.ITIMER_REAL, args.deadline)
     try:
-        result = run(args, tmp, run_prefix)
+        result = run_guarded(PREFIX, args.deadline, lambda tmp, rp: run(args, tmp, rp))
     except Stopped as why:
-        late = why.args[0] == "SIGALRM"
-        what = f"stopped after {args.deadline:g} s" if late else why.args[0]
-        sys.exit(f"26_two_nodes.py: {what}; tore down every namespace and process")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
-        guardian.stdin.close()  # the guardian tears down now
-        guardian.wait(timeout=30)
+        sys.exit(f"26_two_nodes.py: {why}; tore down every namespace and process")
     report(result)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))

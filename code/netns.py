@@ -17,6 +17,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -69,6 +70,41 @@ def sweep_leftovers(prefix):
             ["sh", "-c", TEARDOWN, "teardown", run_prefix, ""],
             stdin=subprocess.DEVNULL,
         )
+
+
+class Stopped(Exception):
+    """SIGTERM, SIGINT or the deadline: unwind, so that the guardian tears down."""
+
+
+def _on_signal(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def run_guarded(prefix, deadline, run):
+    """Call run(tmp, run_prefix) with a guardian standing by and a deadline in seconds.
+
+    Dead runs' leftovers are swept first. However run ends, the guardian then kills every
+    process in the run's namespaces and removes `tmp`. A signal or the deadline raises
+    Stopped, saying which ("stopped after N s" for the deadline).
+    """
+    sweep_leftovers(prefix)
+    run_prefix = f"{prefix}-{os.getpid()}"
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
+    guardian = start_guardian(run_prefix, tmp)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(signum, _on_signal)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
+    try:
+        return run(tmp, run_prefix)
+    except Stopped as why:
+        late = why.args[0] == "SIGALRM"
+        raise Stopped(f"stopped after {deadline:g} s" if late else why.args[0]) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
+        guardian.stdin.close()  # the guardian tears down now
+        guardian.wait(timeout=30)
 
 
 class Cluster:
