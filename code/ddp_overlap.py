@@ -185,6 +185,11 @@ def rank_worker(rank, world_size, run_dir, args):
     import datetime
 
     import torch
+
+    # torch._dynamo comes before the process group: first imported after it (as the
+    # first DDP or torch.optim use does), it keeps the group alive past
+    # destroy_process_group, and the exit can abort (chapter 4).
+    import torch._dynamo  # noqa: F401
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 

@@ -34,6 +34,11 @@ import sys
 import time
 
 import torch
+
+# torch._dynamo comes before the process group: first imported after it (as the
+# first DDP or torch.optim use does), it keeps the group alive past
+# destroy_process_group, and the exit can abort (chapter 4).
+import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, TensorDataset

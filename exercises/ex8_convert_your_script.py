@@ -26,6 +26,11 @@ import os
 import sys
 
 import torch
+
+# torch._dynamo comes before the process group: first imported after it (as the
+# first DDP or torch.optim use does), it keeps the group alive past
+# destroy_process_group, and the exit can abort (chapter 4).
+import torch._dynamo  # noqa: F401
 from torch.utils.data import DistributedSampler, TensorDataset
 
 # Keep these as they are: the tests train the same model in one process to compare.

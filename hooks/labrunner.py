@@ -292,7 +292,9 @@ class LabError(Exception):
 
 class LabFailed(LabError):
     def __init__(self, run, what, stdout, stderr):
-        tail = "\n".join((stderr or stdout or "").strip().splitlines()[-25:])
+        # 80 lines: a torchrun failure ends in ~45 lines of launcher traceback and summary,
+        # and the rank's own last words (the cause) come just before them
+        tail = "\n".join((stderr or stdout or "").strip().splitlines()[-80:])
         super().__init__(f"lab run {run.name!r} ({' '.join(run.command)}) {what}:\n{tail}")
 
 

@@ -1,0 +1,145 @@
+"""Chapter 4's exit trap: torch._dynamo imported after the group keeps gloo's threads alive.
+
+On each release in the matrix: two gloo ranks all-reduce, destroy the group, and report the
+gloo threads still running. With torch._dynamo first imported after init_process_group (as the
+first DDP or torch.optim use imports it), the threads survive destroy_process_group; imported
+before, they are gone. The labs that form a group import it first, and chapter 1's script,
+run as the page runs it, has no gloo thread left when its interpreter starts to exit.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from site_tests.conftest import ROOT, pace
+
+# One rank: gloo threads are named by torch (pt_gloo_runloop) and gloo (gloo_tcp_loop).
+PROBE = """
+import json, os, sys
+import torch
+order, store, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if order == "before":
+    import torch._dynamo
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+if order == "after":
+    import torch._dynamo
+total = torch.ones(1)
+dist.all_reduce(total)
+dist.destroy_process_group()
+tasks = os.listdir("/proc/self/task")
+names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
+print(json.dumps(sorted(name for name in names if "gloo" in name)), flush=True)
+os._exit(0)  # the probe reports the threads; it does not gamble on the abort itself
+"""
+
+# Run at interpreter exit (atexit, before teardown) in every rank of a script under test.
+EXIT_PROBE = """
+import atexit, os
+
+def report_gloo_threads():
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
+    line = " ".join(sorted(name for name in names if "gloo" in name)) or "none"
+    with open(os.environ["GLOO_THREADS_AT_EXIT"], "a") as out:
+        out.write(f"{os.getpid()}: {line}\\n")  # one write per line: ranks share the file
+
+atexit.register(report_gloo_threads)
+"""
+
+
+def gloo_threads_after_destroy(tmp_path, order):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    store = tmp_path / f"store-{order}"
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(probe), order, str(store), str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    reports = []
+    for proc in ranks:
+        out, err = proc.communicate(timeout=round(pace.limit(30)))
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+@pytest.mark.timeout(120)
+def test_dynamo_imported_after_the_group_keeps_gloo_threads_past_destroy(tmp_path):
+    after = gloo_threads_after_destroy(tmp_path, "after")
+    assert all("pt_gloo_runloop" in threads for threads in after), after
+    before = gloo_threads_after_destroy(tmp_path, "before")
+    assert before == [[], []], before
+
+
+# The scripts that form a group and end through the interpreter's teardown (the others leave
+# with os._exit: ddp_lab.exit_now, failures/harness.exit_now, exercises/ranks.py's forked ranks
+# inherit torch._dynamo from their parent).
+SCRIPTS = [
+    "code/train_ddp.py",
+    "code/elastic_train.py",
+    "code/ddp_overlap.py",
+    "exercises/solutions/ex8_convert_your_script.py",
+]
+
+
+def dynamo_imported_before_the_group(source):
+    """True if `import torch._dynamo` comes before the first init_process_group call."""
+    tree = ast.parse(source)
+    imports = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import) and any(a.name == "torch._dynamo" for a in node.names)
+    ]
+    inits = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "init_process_group"
+    ]
+    return bool(imports and inits) and min(imports) < min(inits)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_imports_dynamo_before_its_group(script):
+    assert dynamo_imported_before_the_group((ROOT / script).read_text())
+
+
+def test_the_order_check_rejects_a_late_import():
+    group = "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    assert not dynamo_imported_before_the_group(group + "import torch._dynamo\n")
+    assert not dynamo_imported_before_the_group(group)
+    assert dynamo_imported_before_the_group("import torch._dynamo\n" + group)
+
+
+@pytest.mark.timeout(180)
+def test_chapter_1s_script_has_no_gloo_thread_left_at_exit(tmp_path):
+    """Chapter 1's script under torchrun, as the page runs it: at exit, gloo is gone."""
+    (tmp_path / "sitecustomize.py").write_text(EXIT_PROBE)
+    report = tmp_path / "threads.txt"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        GLOO_THREADS_AT_EXIT=str(report),
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    done = subprocess.run(
+        [*torchrun, "--nproc_per_node=2", str(ROOT / "code/train_ddp.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=round(pace.limit(60)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = report.read_text().splitlines()
+    assert len(lines) == 3, lines  # the launcher and its two ranks
+    assert not any("gloo" in line for line in lines), lines
