@@ -30,13 +30,43 @@ def torchrun(script, *args, nproc=2, **env):
     )
 
 
+# Imported by every process of the module's run (a sitecustomize.py on PYTHONPATH): at exit,
+# before the interpreter's teardown, each process lists its gloo threads in one file.
+EXIT_PROBE = """
+import atexit, os
+
+def report_gloo_threads():
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
+    line = " ".join(sorted(name for name in names if "gloo" in name)) or "none"
+    with open(os.environ["GLOO_THREADS_AT_EXIT"], "a") as out:
+        out.write(f"{os.getpid()}: {line}\\n")  # one write per line: ranks share the file
+
+atexit.register(report_gloo_threads)
+"""
+
+
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
+def exit_report(tmp_path_factory):
+    """The file where the module's run lists each process's gloo threads at exit."""
+    probe = tmp_path_factory.mktemp("exit-probe")
+    (probe / "sitecustomize.py").write_text(EXIT_PROBE)
+    return probe / "gloo-threads-at-exit.txt"
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, exit_report):
     folder = tmp_path_factory.mktemp("first-job")
     checkpoint = folder / "ddp.pt"
     checkpoint.write_bytes(b"an older checkpoint")
     os.link(checkpoint, folder / "reader.pt")  # a reader that opened the older file
-    done = torchrun(DDP_SCRIPT, CHECKPOINT=str(checkpoint))
+    paths = [str(exit_report.parent), os.environ.get("PYTHONPATH", "")]
+    done = torchrun(
+        DDP_SCRIPT,
+        CHECKPOINT=str(checkpoint),
+        PYTHONPATH=os.pathsep.join(filter(None, paths)),
+        GLOO_THREADS_AT_EXIT=str(exit_report),
+    )
     assert done.returncode == 0, f"train_ddp.py failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout, checkpoint, done.stderr
 
@@ -75,6 +105,14 @@ def test_the_checkpoint_is_replaced_whole_not_rewritten_in_place(ddp_run):
 def test_only_rank0_prints(ddp_run):
     stdout, _, _ = ddp_run
     assert stdout.count("processes, backend") == 1 and len(epoch_lines(stdout)) == 3
+
+
+def test_no_process_has_a_gloo_thread_left_at_exit(ddp_run, exit_report):
+    """Chapter 4: torch._dynamo imported before the group lets destroy_process_group free it,
+    so no gloo thread is left to race the interpreter's teardown (and abort the rank)."""
+    lines = exit_report.read_text().splitlines()
+    assert len(lines) == 3, lines  # the launcher and its two ranks
+    assert not any("gloo" in line for line in lines), lines
 
 
 def test_torchrun_prints_its_omp_num_threads_notice(ddp_run):

@@ -3,13 +3,12 @@
 On each release in the matrix: two gloo ranks all-reduce, destroy the group, and report the
 gloo threads still running. With torch._dynamo first imported after init_process_group (as the
 first DDP or torch.optim use imports it), the threads survive destroy_process_group; imported
-before, they are gone. The labs that form a group import it first, and chapter 1's script,
-run as the page runs it, has no gloo thread left when its interpreter starts to exit.
+before, they are gone. The labs that form a group import it first (test_first_job.py checks
+that chapter 1's script has no gloo thread left when its interpreter starts to exit).
 """
 
 import ast
 import json
-import os
 import subprocess
 import sys
 
@@ -35,20 +34,6 @@ tasks = os.listdir("/proc/self/task")
 names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
 print(json.dumps(sorted(name for name in names if "gloo" in name)), flush=True)
 os._exit(0)  # the probe reports the threads; it does not gamble on the abort itself
-"""
-
-# Run at interpreter exit (atexit, before teardown) in every rank of a script under test.
-EXIT_PROBE = """
-import atexit, os
-
-def report_gloo_threads():
-    tasks = os.listdir("/proc/self/task")
-    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
-    line = " ".join(sorted(name for name in names if "gloo" in name)) or "none"
-    with open(os.environ["GLOO_THREADS_AT_EXIT"], "a") as out:
-        out.write(f"{os.getpid()}: {line}\\n")  # one write per line: ranks share the file
-
-atexit.register(report_gloo_threads)
 """
 
 
@@ -118,28 +103,3 @@ def test_the_order_check_rejects_a_late_import():
     assert not dynamo_imported_before_the_group(group + "import torch._dynamo\n")
     assert not dynamo_imported_before_the_group(group)
     assert dynamo_imported_before_the_group("import torch._dynamo\n" + group)
-
-
-@pytest.mark.timeout(180)
-def test_chapter_1s_script_has_no_gloo_thread_left_at_exit(tmp_path):
-    """Chapter 1's script under torchrun, as the page runs it: at exit, gloo is gone."""
-    (tmp_path / "sitecustomize.py").write_text(EXIT_PROBE)
-    report = tmp_path / "threads.txt"
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
-        GLOO_THREADS_AT_EXIT=str(report),
-    )
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    done = subprocess.run(
-        [*torchrun, "--nproc_per_node=2", str(ROOT / "code/train_ddp.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=round(pace.limit(60)),
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = report.read_text().splitlines()
-    assert len(lines) == 3, lines  # the launcher and its two ranks
-    assert not any("gloo" in line for line in lines), lines
