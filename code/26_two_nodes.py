@@ -551,7 +551,7 @@ def report(r):
             f"{row['local_rank']:>10}  {row['world']:>10}"
         )
     say(
-        f"after {r['steps']} steps, max |DDP - single-process full batch| = "
+        f"after {r['steps']} steps, max |DDP - one-process reference| = "
         f"{r['reference_max_abs_diff']:.1e}"
     )
     print("== restart ==")

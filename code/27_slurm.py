@@ -20,6 +20,9 @@ Three jobs, each submitted with sbatch and run by Slurm:
             ends FAILED; `scontrol requeue` puts it back in the queue, and it runs
             again from its checkpoint.
 
+Before them, one interactive srun with two tasks per node shows what
+--ntasks-per-node does to a launcher line: its command runs once per task.
+
 The first two run side by side; the requeue job waits for the torchrun job
 (--dependency), since both want port 29400 on the head node. All three must end with
 the parameters of the single-process reference, the requeued one bit-identical to the
@@ -28,7 +31,7 @@ torchrun job's. A watcher records each job's state as it changes.
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
 process in the run's namespaces and removes the temporary directory, key included.
 
---json PATH writes: cluster, slurm_conf, jobs {torchrun, srun, requeue}, states,
+--json PATH writes: cluster, slurm_conf, ntasks, jobs {torchrun, srun, requeue}, states,
 reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
 """
 
@@ -419,6 +422,13 @@ def local_time(stamp):
 PRINT_THEN_WORK = "import time; print(time.ctime()); time.sleep(10)"
 
 
+def tasks_per_node(slurm):
+    """srun starts its command once per task. With two tasks on each node, the torchrun
+    script's srun line would start two torchrun agents per node, four for --nnodes=2."""
+    command = ["srun", "--nodes=2", "--ntasks-per-node=2", "--label", "hostname"]
+    return {"command": " ".join(command), "lines": sorted(slurm.run(*command).splitlines())}
+
+
 def buffering_trap(slurm, watcher):
     """The same one-line job twice, once with PYTHONUNBUFFERED=1 passed by --export:
     what each slurm-%j.out holds while it runs, and after it ended."""
@@ -514,6 +524,7 @@ def run(args, tmp, run_prefix):
     slurm.start()
     sinfo = slurm.run("sinfo", "-N", "-o", "%N %P %T %c")
     progress("slurmctld and both slurmd up, nodes idle")
+    ntasks = tasks_per_node(slurm)
     for path in (TRAIN, *SCRIPTS.values()):
         shutil.copy(path, slurm.shared)
     # The launcher waits most of the run: it imports torch meanwhile, for the reference.
@@ -569,6 +580,7 @@ def run(args, tmp, run_prefix):
         "cluster": {"hosts": cluster.hosts, "namespaces": list(cluster.ns.values())},
         "slurm_conf": slurm.conf.read_text().replace(str(tmp), "$TMP"),
         "sinfo": sinfo,
+        "ntasks": ntasks,
         "squeue": squeue,
         "buffering": buffering,
         "steps": args.steps,
@@ -628,6 +640,9 @@ def report(r):
         print(f"== {name} ==")
         print(command_lines(job["sbatch"]))
         print(f"  Submitted batch job {job['id']}")
+    print("== ntasks ==")
+    print(command_lines(r["ntasks"]["command"]))
+    print(textwrap.indent("\n".join(r["ntasks"]["lines"]), "  "))
     print("== squeue ==")
     print("ctl$ squeue   # while the first two jobs run")
     print(textwrap.indent(r["squeue"].rstrip(), "  "))
@@ -641,7 +656,7 @@ def report(r):
         for line in job["log"].splitlines():
             say(line, indent="  ")
     say(
-        f"after {r['steps']} steps, max |DDP - single-process full batch| over both jobs "
+        f"after {r['steps']} steps, max |DDP - one-process reference| over both jobs "
         f"= {r['reference_max_abs_diff']:.1e}"
     )
     job, requeue = jobs["requeue"], r["requeue"]

@@ -10,7 +10,7 @@ from lab_views import fence, folded, view
 from mkdocs.exceptions import PluginError
 
 PARTS = (
-    *("cluster", "torchrun", "srun", "squeue", "torchrun-result", "srun-result"),
+    *("cluster", "torchrun", "srun", "ntasks", "squeue", "torchrun-result", "srun-result"),
     *("buffering", "requeue"),
 )
 

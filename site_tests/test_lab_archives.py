@@ -59,6 +59,17 @@ def test_the_two_node_lab_download_holds_what_it_imports_and_what_it_runs(built_
     assert done.returncode == 0, done.stderr
 
 
+def test_the_slurm_lab_download_holds_its_job_scripts_and_runs(built_site, tmp_path):
+    """27_slurm.py copies elastic_train.py and slurm/*.sbatch to the cluster's shared
+    folder: they travel with it, at the paths it reads them from."""
+    folder = unpack(built_site, "slurm-lab", tmp_path)
+    needed_files = ("27_slurm.py", "elastic_train.py", "netns.py", "pace.py", "lab_cli.py")
+    for needed in (*needed_files, "slurm/train-torchrun.sbatch", "slurm/train-srun.sbatch"):
+        assert (folder / needed).is_file(), f"slurm-lab.zip lacks {needed}"
+    done = run_alone(folder, "27_slurm.py", "--help")
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_failure_scripts_run_from_their_download(built_site, tmp_path):
     folder = unpack(built_site, "failure-gallery", tmp_path)
     done = run_alone(folder, "failures/set_epoch.py")

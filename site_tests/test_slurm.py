@@ -6,8 +6,8 @@ two nodes to the single-process reference; the job whose rank 3 crashes is reque
 again from its checkpoint, and ends bit-identical to the uninterrupted torchrun job; the
 states seen include the requeue. Then SIGKILL mid-run: no namespace, daemon, job process,
 munge key, spool folder or state file of that run is left. Anywhere: bad input, a missing
-root and a missing binary are refused in one line, status 2, and the page's port trap holds
-on torch itself.
+root and a missing binary are refused in one line, status 2, and the page's port and
+--ntasks-per-node traps hold on torch itself.
 """
 
 import json
@@ -209,6 +209,11 @@ def test_srun_job_runs_one_task_per_rank(run):
     check_four_ranks(job)
 
 
+def test_two_tasks_per_node_start_a_launcher_line_twice_on_each_node(run):
+    ntasks = run["result"]["ntasks"]
+    assert ntasks["lines"] == ["0: node0", "1: node0", "2: node1", "3: node1"], ntasks
+
+
 def test_both_ways_match_the_reference(run):
     r = run["result"]
     # float64, the same examples per step: DDP's average and one process differ by rounding
@@ -279,6 +284,7 @@ def test_report_blocks(run):
         "cluster",
         "torchrun",
         "srun",
+        "ntasks",
         "squeue",
         "torchrun-result",
         "srun-result",
@@ -339,3 +345,52 @@ def test_a_second_rendezvous_on_a_taken_port_joins_the_store_holding_it():
     second = RendezvousParameters("c10d", f"127.0.0.1:{first_job.port}", "job-2", 1, 1)
     _, store = create_backend(second)
     assert store.get("owner") == b"the first job", "the second job hosts a store of its own"
+
+
+SURPLUS_WORKER = """
+import os, time
+print(os.environ["RANK"], os.environ["WORLD_SIZE"], flush=True)
+time.sleep(3)  # the surplus agents, started with the others, have knocked by now
+"""
+
+
+def listening(port):
+    with socket.socket() as client:
+        return client.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_surplus_torchrun_agents_fail_when_the_job_ends(tmp_path):
+    """The page's --ntasks-per-node trap, asserted on torch itself: four torchrun agents
+    for --nnodes=2 (what two tasks per node give the torchrun script on two nodes). The
+    first two to join form the job and train with a world of two; the other two get no
+    place, and fail once the job's agents exit, taking the rendezvous store with them."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(SURPLUS_WORKER)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2"]
+    agent += ["--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_id=surplus-{port}"]
+    agent += [f"--rdzv_endpoint=127.0.0.1:{port}", "--max_restarts=0", str(worker)]
+
+    def start():
+        return subprocess.Popen(agent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # The first agent holds the store, as the first to start on the head node does.
+    agents = [start()]
+    deadline = time.monotonic() + pace.limit(30)
+    while not listening(port):
+        assert time.monotonic() < deadline, "the first agent never opened its store"
+        time.sleep(0.1)
+    agents += [start() for _ in range(3)]
+    try:
+        ended = [(*proc.communicate(timeout=pace.limit(60)), proc.returncode) for proc in agents]
+    finally:
+        for proc in agents:
+            proc.kill()
+    codes = [code for _, _, code in ended]
+    assert codes[0] == 0 and sorted(codes) == [0, 0, 1, 1], [err[-600:] for _, err, _ in ended]
+    assert sorted(out.strip() for out, _, code in ended if code == 0) == ["0 2", "1 2"]
+    for out, err, code in ended:
+        if code != 0:
+            assert out == "" and "RendezvousConnectionError" in err, err[-600:]
