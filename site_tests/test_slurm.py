@@ -359,19 +359,24 @@ def listening(port):
         return client.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_surplus_torchrun_agents_fail_when_the_job_ends(tmp_path):
+def test_surplus_torchrun_agents_never_train_and_never_succeed(tmp_path):
     """The page's --ntasks-per-node trap, asserted on torch itself: four torchrun agents
     for --nnodes=2 (what two tasks per node give the torchrun script on two nodes). The
-    first two to join form the job and train with a world of two; the other two get no
-    place, and fail once the job's agents exit, taking the rendezvous store with them."""
+    first two to join form the job and train with a world of two. The other two get no
+    place: each fails when the job's agents exit and take the store with them, or, if it
+    finds the port free by then, hosts a store of its own and waits out its join timeout
+    (which timing, varies from run to run and release to release); neither trains, and
+    neither exits 0."""
     worker = tmp_path / "worker.py"
     worker.write_text(SURPLUS_WORKER)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    join_timeout = round(pace.limit(20))  # bounds the wait of a surplus agent that hosts
     agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2"]
     agent += ["--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_id=surplus-{port}"]
-    agent += [f"--rdzv_endpoint=127.0.0.1:{port}", "--max_restarts=0", str(worker)]
+    agent += [f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}"]
+    agent += ["--max_restarts=0", str(worker)]
 
     def start():
         return subprocess.Popen(agent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -384,13 +389,11 @@ def test_surplus_torchrun_agents_fail_when_the_job_ends(tmp_path):
         time.sleep(0.1)
     agents += [start() for _ in range(3)]
     try:
-        ended = [(*proc.communicate(timeout=pace.limit(60)), proc.returncode) for proc in agents]
+        ended = [(*proc.communicate(timeout=pace.limit(90)), proc.returncode) for proc in agents]
     finally:
         for proc in agents:
             proc.kill()
     codes = [code for _, _, code in ended]
-    assert codes[0] == 0 and sorted(codes) == [0, 0, 1, 1], [err[-600:] for _, err, _ in ended]
+    assert codes[0] == 0 and codes.count(0) == 2, [err[-600:] for _, err, _ in ended]
     assert sorted(out.strip() for out, _, code in ended if code == 0) == ["0 2", "1 2"]
-    for out, err, code in ended:
-        if code != 0:
-            assert out == "" and "RendezvousConnectionError" in err, err[-600:]
+    assert [out for out, _, code in ended if code != 0] == ["", ""], "a surplus agent trained"

@@ -18,7 +18,7 @@ from site_tests.conftest import ROOT, pace
 
 # One rank: gloo threads are named by torch (pt_gloo_runloop) and gloo (gloo_tcp_loop).
 PROBE = """
-import json, os, sys
+import json, os, sys, time
 import torch
 order, store, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if order == "before":
@@ -30,11 +30,25 @@ if order == "after":
 total = torch.ones(1)
 dist.all_reduce(total)
 dist.destroy_process_group()
-tasks = os.listdir("/proc/self/task")
-names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
-print(json.dumps(sorted(name for name in names if "gloo" in name)), flush=True)
+
+
+def gloo_threads():
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
+    return sorted(name for name in names if "gloo" in name)
+
+
+# A freed group's threads end as the call returns, gloo's own loop a moment later: give
+# them a grace period, so that what is left after it is what outlives the call.
+deadline = time.monotonic() + float(sys.argv[4])
+while gloo_threads() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps(gloo_threads()), flush=True)
 os._exit(0)  # the probe reports the threads; it does not gamble on the abort itself
 """
+
+
+GRACE_S = pace.limit(2)
 
 
 def gloo_threads_after_destroy(tmp_path, order):
@@ -43,7 +57,7 @@ def gloo_threads_after_destroy(tmp_path, order):
     store = tmp_path / f"store-{order}"
     ranks = [
         subprocess.Popen(
-            [sys.executable, str(probe), order, str(store), str(rank)],
+            [sys.executable, str(probe), order, str(store), str(rank), str(GRACE_S)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
