@@ -53,7 +53,7 @@ import uuid
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
-from netns import Cluster, Stopped, run_guarded  # noqa: E402
+from netns import Cluster, Stopped, progress, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -130,21 +130,6 @@ def parse_args(argv=None):
     if args.deadline is None:
         args.deadline = pace.limit(150)
     return args
-
-
-# -------------------------------------------------------------------------------------
-# Helpers: progress and stopping (namespaces, guardian and teardown: netns.py)
-# -------------------------------------------------------------------------------------
-STARTED = time.monotonic()
-
-
-def progress(message):
-    """Where the run is, on stderr: a build that fails shows these last lines."""
-    print(
-        f"[+{time.monotonic() - STARTED:5.1f} s] {message}",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 # -------------------------------------------------------------------------------------

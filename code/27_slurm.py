@@ -51,7 +51,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
-from netns import Cluster, Stopped, run_guarded  # noqa: E402
+from netns import Cluster, Stopped, progress, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -108,17 +108,6 @@ def parse_args(argv=None):
     if args.deadline is None:
         args.deadline = pace.limit(150)
     return args
-
-
-# -------------------------------------------------------------------------------------
-# Helpers: progress and stopping
-# -------------------------------------------------------------------------------------
-STARTED = time.monotonic()
-
-
-def progress(message):
-    """Where the run is, on stderr: a build that fails shows these last lines."""
-    print(f"[+{time.monotonic() - STARTED:5.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 # -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Teardown lives in one place, a small shell process started first in a session of
 own (the guardian). It waits for the lab to end (its stdin closes however the lab ends,
 SIGKILL included), then kills every process in the run's namespaces, deletes them, and
 removes the run's temporary directory. A run whose guardian was killed too is swept by
-the next run of the same lab.
+the next run of the same lab. Both labs report where they are with progress().
 """
 
 import os
@@ -19,7 +19,16 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import time
+
+STARTED = time.monotonic()  # the lab imports this module first thing
+
+
+def progress(message):
+    """Where the run is, on stderr: a build that fails shows these last lines."""
+    print(f"[+{time.monotonic() - STARTED:5.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def sh(*argv, check=True):

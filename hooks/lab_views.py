@@ -5,6 +5,7 @@ result and its provenance. Every number a view shows is read from a record; none
 """
 
 import dataclasses
+import functools
 import hashlib
 import io
 import pathlib
@@ -69,6 +70,25 @@ def not_recorded(context):
 def fence(language, body, title=None):
     attributes = f' title="{title}"' if title else ""
     return f"```{language}{attributes}\n{body.rstrip()}\n```\n"
+
+
+# A lab that prints its report in parts opens each with a line `== PART ==` (the two-node and
+# Slurm labs); a page embeds one part where it explains it.
+PART = re.compile(r"^== ([\w-]+) ==\n(.*?)(?=^== |\Z)", re.MULTILINE | re.DOTALL)
+
+
+def part_views(prefix, parts):
+    """Register a view PREFIX-PART for each of `parts`: that block of the run's output."""
+    for name in parts:
+        view(f"{prefix}-{name}")(functools.partial(part_view, name))
+
+
+def part_view(name, context):
+    blocks = dict(PART.findall(context.record["stdout"]))
+    if name not in blocks:
+        raise PluginError(f"lab run {context.run.name!r}: no `== {name} ==` block in its record")
+    where = "recorded" if context.run.recorded is not None else "printed when this site was built"
+    return fence("text", blocks[name], f"{name}: {where} ({context.record['started_utc']})")
 
 
 # ---------------------------------------------------------------------------------------------
