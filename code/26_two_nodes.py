@@ -16,7 +16,7 @@ Every node runs what a real cluster node runs, one torchrun agent:
 Three small clusters run side by side, one job each ($SHARED, a temporary directory,
 plays the shared file system):
 
-  train    four ranks on two nodes match the single-process reference. Before node 1
+  train    four ranks on two nodes match the one-process reference. Before node 1
            joins, a third namespace (the outsider) reads and writes node 0's store; then
            a firewall rule that admits only the job's nodes shuts it out, and node 1
            joins through it.

@@ -25,7 +25,7 @@ Before them, one interactive srun with two tasks per node shows what
 
 The first two run side by side; the requeue job waits for the torchrun job
 (--dependency), since both want port 29400 on the head node. All three must end with
-the parameters of the single-process reference, the requeued one bit-identical to the
+the parameters of the one-process reference, the requeued one bit-identical to the
 torchrun job's. A watcher records each job's state as it changes.
 
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
@@ -238,7 +238,7 @@ class Slurm:
             ["ip", "netns", "exec", self.cluster.ns["ctl"], *argv],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=pace.limit(30),
             env={**job_environment(), **self.env},
             cwd=cwd or self.shared,
         )
@@ -624,14 +624,14 @@ def report(r):
     print("== cluster ==")
     print("ctl$ sinfo -N -o '%N %P %T %c'")
     print(textwrap.indent(r["sinfo"].rstrip(), "  "))
+    print("== ntasks ==")
+    print(command_lines(r["ntasks"]["command"]))
+    print(textwrap.indent("\n".join(r["ntasks"]["lines"]), "  "))
     for name in ("torchrun", "srun"):
         job = jobs[name]
         print(f"== {name} ==")
         print(command_lines(job["sbatch"]))
         print(f"  Submitted batch job {job['id']}")
-    print("== ntasks ==")
-    print(command_lines(r["ntasks"]["command"]))
-    print(textwrap.indent("\n".join(r["ntasks"]["lines"]), "  "))
     print("== squeue ==")
     print("ctl$ squeue   # while the first two jobs run")
     print(textwrap.indent(r["squeue"].rstrip(), "  "))

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-STARTED = time.monotonic()  # the lab imports this module first thing
+STARTED = time.monotonic()  # when the lab started: it imports this module at its top
 
 
 def progress(message):

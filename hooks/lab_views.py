@@ -84,6 +84,7 @@ def part_views(prefix, parts):
 
 
 def part_view(name, context):
+    """Block `name` of the run's output, as a text fence titled with where it ran."""
     blocks = dict(PART.findall(context.record["stdout"]))
     if name not in blocks:
         raise PluginError(f"lab run {context.run.name!r}: no `== {name} ==` block in its record")

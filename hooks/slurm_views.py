@@ -4,13 +4,8 @@ example `<!-- lab:slurm:slurm-requeue -->`, and the run's slurm.conf.
 
 from lab_views import fence, folded, part_views, view
 
-part_views(
-    "slurm",
-    (
-        *("cluster", "torchrun", "srun", "ntasks", "squeue", "torchrun-result", "srun-result"),
-        *("buffering", "requeue"),
-    ),
-)
+PARTS = "cluster ntasks torchrun srun squeue torchrun-result srun-result buffering requeue"
+part_views("slurm", PARTS.split())
 
 
 @view("slurm-conf")

@@ -4,4 +4,4 @@ for example `<!-- lab:two-nodes:nodes-restart -->`.
 
 from lab_views import part_views
 
-part_views("nodes", ("train", "restart", "trap", "store"))
+part_views("nodes", ["train", "restart", "trap", "store"])

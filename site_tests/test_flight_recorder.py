@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from site_tests.conftest import pace
+from site_tests.fence_plugin import expected_release
 
 pytestmark = pytest.mark.skipif(
-    torch.__version__ < (2, 15), reason="no dump call for a gloo group before 2.15"
+    expected_release() < (2, 15), reason="no dump call for a gloo group before 2.15"
 )
 
 DUMP = """
@@ -44,8 +44,13 @@ def test_unset_prefix_dumps_into_torchs_cache_folder(tmp_path):
         subprocess.Popen([sys.executable, "-c", DUMP], env=case, stderr=subprocess.PIPE)
         for case in cases.values()
     ]
-    for proc in runs:
-        _, err = proc.communicate(timeout=pace.limit(60))
+    try:
+        errors = [proc.communicate(timeout=pace.limit(60))[1] for proc in runs]
+    finally:
+        for proc in runs:
+            proc.kill()
+            proc.communicate()
+    for proc, err in zip(runs, errors, strict=True):
         assert proc.returncode == 0, err.decode()[-2000:]
     for folder in cases:
         dumped = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []

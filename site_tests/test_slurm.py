@@ -2,7 +2,7 @@
 
 As root with Slurm and munge installed, the lab runs once for the module and the page's
 claims are checked on that run: the torchrun job and the srun job both train four ranks on
-two nodes to the single-process reference; the job whose rank 3 crashes is requeued, runs
+two nodes to the one-process reference; the job whose rank 3 crashes is requeued, runs
 again from its checkpoint, and ends bit-identical to the uninterrupted torchrun job; the
 states seen include the requeue. Then SIGKILL mid-run: no namespace, daemon, job process,
 munge key, spool folder or state file of that run is left. Anywhere: bad input, a missing
@@ -282,9 +282,9 @@ def test_report_blocks(run):
     headers = re.findall(r"^== ([\w-]+) ==$", run["stdout"], re.MULTILINE)
     assert headers == [
         "cluster",
+        "ntasks",
         "torchrun",
         "srun",
-        "ntasks",
         "squeue",
         "torchrun-result",
         "srun-result",
@@ -347,10 +347,14 @@ def test_a_second_rendezvous_on_a_taken_port_joins_the_store_holding_it():
     assert store.get("owner") == b"the first job", "the second job hosts a store of its own"
 
 
+# A rank that reports its place, then works long enough for the surplus agents, started
+# with the job's second agent, to knock before the job ends: a surplus agent that came
+# after the job's store was gone would host one of its own, and two late ones would form
+# a second job.
 SURPLUS_WORKER = """
-import os, time
+import os, sys, time
 print(os.environ["RANK"], os.environ["WORLD_SIZE"], flush=True)
-time.sleep(3)  # the surplus agents, started with the others, have knocked by now
+time.sleep(float(sys.argv[1]))
 """
 
 
@@ -363,10 +367,9 @@ def test_surplus_torchrun_agents_never_train_and_never_succeed(tmp_path):
     """The page's --ntasks-per-node trap, asserted on torch itself: four torchrun agents
     for --nnodes=2 (what two tasks per node give the torchrun script on two nodes). The
     first two to join form the job and train with a world of two. The other two get no
-    place: each fails when the job's agents exit and take the store with them, or, if it
-    finds the port free by then, hosts a store of its own and waits out its join timeout
-    (which timing, varies from run to run and release to release); neither trains, and
-    neither exits 0."""
+    place, and end with an error once the job ends, whichever way the end reaches them
+    (the store gone with the job's agents, the rendezvous closed, or a store of their own
+    that times out: it varies with timing and release); neither trains, neither exits 0."""
     worker = tmp_path / "worker.py"
     worker.write_text(SURPLUS_WORKER)
     with socket.socket() as probe:
@@ -376,23 +379,25 @@ def test_surplus_torchrun_agents_never_train_and_never_succeed(tmp_path):
     agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2"]
     agent += ["--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_id=surplus-{port}"]
     agent += [f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_conf=join_timeout={join_timeout}"]
-    agent += ["--max_restarts=0", str(worker)]
+    agent += ["--max_restarts=0", str(worker), str(pace.limit(5))]
 
     def start():
         return subprocess.Popen(agent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     # The first agent holds the store, as the first to start on the head node does.
     agents = [start()]
-    deadline = time.monotonic() + pace.limit(30)
-    while not listening(port):
-        assert time.monotonic() < deadline, "the first agent never opened its store"
-        time.sleep(0.1)
-    agents += [start() for _ in range(3)]
     try:
+        deadline = time.monotonic() + pace.limit(30)
+        while not listening(port):
+            assert agents[0].poll() is None, agents[0].communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the first agent never opened its store"
+            time.sleep(0.1)
+        agents += [start() for _ in range(3)]
         ended = [(*proc.communicate(timeout=pace.limit(90)), proc.returncode) for proc in agents]
     finally:
-        for proc in agents:
+        for proc in agents:  # a worker orphaned here ends by itself after its sleep
             proc.kill()
+            proc.communicate()
     codes = [code for _, _, code in ended]
     assert codes[0] == 0 and codes.count(0) == 2, [err[-600:] for _, err, _ in ended]
     assert sorted(out.strip() for out, _, code in ended if code == 0) == ["0 2", "1 2"]

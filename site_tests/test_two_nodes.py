@@ -1,7 +1,7 @@
 """The two-node lab, code/26_two_nodes.py: torchrun across network namespaces, for real.
 
 As root (the build machines and CI), the lab runs once for the module and every claim its page
-makes is checked on that run: four ranks on two nodes match the single-process reference; the
+makes is checked on that run: four ranks on two nodes match the one-process reference; the
 elastic restart resumes from the checkpoint and ends bit-identical to the uninterrupted run;
 the interface trap fails with the loopback address in gloo's error; an outsider reads and
 writes the store until a firewall rule shuts it out. Then the endings: a rendezvous that never
@@ -169,7 +169,7 @@ def test_four_ranks_on_two_nodes_match_the_reference(run):
         assert len({row["group_rank"] for row in ranks}) == 1  # one GROUP_RANK per node
     assert {by_node[n][0]["group_rank"] for n in by_node} == {0, 1}
     assert all(row["world"] == 4 for row in rows)
-    # float64, 6 steps: the DDP average and the full-batch mean differ by rounding only
+    # float64, 6 steps: the DDP average and the one-process mean differ by rounding only
     assert r["reference_max_abs_diff"] < 1e-12
 
 
