@@ -9,11 +9,14 @@ defaults to true. So mkdocs-jupyter is configured with `execute: false`, and thi
    killed after NOTEBOOK_TIMEOUT_S; inside, nbclient gives every cell CELL_TIMEOUT_S and runs
    the notebook in a fresh temporary directory (a `%%writefile` lands there, not in docs/).
    A cell tagged `raises-exception` may fail; any other error fails the build;
-3. trims each traceback in the executed copy to its last line (the message is the lesson;
+3. merges each run of stream outputs into one (nbconvert's CoalesceStreamsPreprocessor): the
+   kernel sends what a cell prints in pieces as its output thread flushes them, so one
+   `print` can arrive split, and the page would break the line where the flush fell;
+4. trims each traceback in the executed copy to its last line (the message is the lesson;
    the frames are noise, and no page may show a traceback, see labs.py's on_post_build);
-4. stores the executed copy in the lab cache and points mkdocs-jupyter's page at it, so the
+5. stores the executed copy in the lab cache and points mkdocs-jupyter's page at it, so the
    page and its download are the notebook as it ran;
-5. keeps, of the JupyterLab stylesheet mkdocs-jupyter inlines in the page (575 KB, for every
+6. keeps, of the JupyterLab stylesheet mkdocs-jupyter inlines in the page (575 KB, for every
    widget JupyterLab has), only the rules that can match the page: a rule whose selectors all
    need a class no element of the notebook carries is dropped. No script adds JupyterLab
    classes later (mkdocs-jupyter's only script is its copy button), so what is dropped could
@@ -194,6 +197,7 @@ def trim_tracebacks(nb):
 def execute(src, dst):
     import nbclient
     import nbformat
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
     nb = nbformat.read(src, as_version=4)
     # The kernel finds this venv's torchrun, as it would in an activated environment.
@@ -215,6 +219,7 @@ def execute(src, dst):
     for cell in tagged:
         if not any(o.output_type == "error" for o in cell.outputs):
             sys.exit(f"a cell tagged {EXPECTED_ERROR_TAG} ran without error:\n{cell.source}")
+    nb, _ = CoalesceStreamsPreprocessor().preprocess(nb, {})
     trim_tracebacks(nb)
     nbformat.write(nb, dst)
     summary = {"cells": len(nb.cells), "expected_errors": len(tagged)}

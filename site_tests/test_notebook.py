@@ -34,11 +34,12 @@ def executed(tmp_path_factory):
 
 
 def outputs_text(cell):
+    """What a cell's outputs say: stream text as printed, each traceback line on its own."""
     parts = []
     for output in cell.get("outputs", []):
         parts.append(output.get("text", ""))
-        parts += output.get("traceback", [])
-    return "\n".join(parts)
+        parts += [line + "\n" for line in output.get("traceback", [])]
+    return "".join(parts)
 
 
 def code_cells(nb):
@@ -89,6 +90,19 @@ def test_untagged_error_fails_the_run(tmp_path):
     nbformat.write(nb, broken)
     with pytest.raises(PluginError, match="ZeroDivisionError"):
         notebooks.executed_copy(broken, tmp_path / "cache")
+
+
+def test_a_line_printed_in_pieces_shows_whole(tmp_path):
+    # The kernel sends printed text as its output thread flushes it: a flush in mid-line
+    # (here forced) gives two outputs, and the page would break the line where it fell.
+    source = 'import sys\nsys.stdout.write("half a line, ")\nsys.stdout.flush()\nprint("whole")'
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    pieces = tmp_path / "pieces.ipynb"
+    nbformat.write(nb, pieces)
+    executed = nbformat.read(notebooks.executed_copy(pieces, tmp_path / "cache"), as_version=4)
+    outputs = [(o.output_type, o.text) for o in executed.cells[0].outputs]
+    assert outputs == [("stream", "half a line, whole\n")]
 
 
 def test_cache_key_follows_torch_and_the_notebook(monkeypatch, tmp_path):
