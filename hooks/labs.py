@@ -38,6 +38,7 @@ import error_index  # noqa: E402
 import figure_views  # noqa: E402,F401  (registers the ring and overlap views)
 import lab_views  # noqa: E402
 import labrunner  # noqa: E402
+import past_ddp_views  # noqa: E402,F401  (registers chapter 8's lab views)
 import slurm_views  # noqa: E402,F401  (registers the Slurm lab's views)
 import two_nodes_views  # noqa: E402,F401  (registers the two-node lab's views)
 

@@ -156,13 +156,14 @@ def test_plain_pytest_in_the_download_fails_each_starter_for_its_reason(unpacked
         assert f"NotImplementedError: exercise {wanted}:" in proc.stdout
     assert "in exercise 7's script" in proc.stdout  # the script's own bug: it hangs
     assert "never wrapped its model in DistributedDataParallel" in proc.stdout  # exercise 8
+    assert "NotImplementedError: exercise 9:" in proc.stdout
     assert not list(unpacked.rglob(".pytest_cache"))
 
 
 def test_the_grader_in_the_download_prints_the_scoreboard(unpacked):
     proc = learner_run(unpacked, "grade.py")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "0 of 8 solved" in proc.stdout
+    assert "0 of 9 solved" in proc.stdout
     assert "rank 0 raised NotImplementedError: exercise 1: " in proc.stdout
     assert "Traceback" not in proc.stdout
 

@@ -40,7 +40,7 @@ import labrunner  # noqa: E402
 EXERCISES = ROOT / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
 PAGES = EXERCISES / "pages"
-NUMBERS = range(1, 9)
+NUMBERS = range(1, 10)
 # Exercise 8 alone starts three torchrun jobs, with a restart in two: a minute or more.
 RUN_TIMEOUT_S = 420
 
@@ -120,7 +120,7 @@ def starter_4_on_solution_3(tmp_path_factory):
     return grade(tmp, learner_folder(tmp / "ex4", solved=["ex3_bucketed_ddp.py"]), "ex4")
 
 
-def test_there_are_eight_exercises_each_with_tests_solution_and_page():
+def test_there_are_nine_exercises_each_with_tests_solution_and_page():
     for number in NUMBERS:
         (starter,) = EXERCISES.glob(f"ex{number}_*.py")
         assert (EXERCISES / f"test_{starter.name}").is_file()
@@ -137,10 +137,10 @@ def test_every_solution_passes(solutions):
     assert sorted(rows) == list(NUMBERS)
     for number, row in rows.items():
         assert row["solved"], f"exercise {number}'s solution fails: {row['first_failure']}"
-    assert returncode == 0 and "8 of 8 solved" in output
+    assert returncode == 0 and "9 of 9 solved" in output
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 5, 6])
+@pytest.mark.parametrize("number", [1, 2, 3, 5, 6, 9])
 def test_each_starter_fails_for_the_gap_it_leaves(starters, number):
     rows, returncode, _ = starters
     row = rows[number]
@@ -173,7 +173,7 @@ def test_a_learner_file_that_holds_anything_is_graded_not_crashed_on(tmp_path):
 def test_starter_7_hangs_and_says_so(starters):
     rows, _, output = starters
     assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
-    assert "0 of 8 solved" in output
+    assert "0 of 9 solved" in output
 
 
 def test_starter_8_trains_alone_and_says_ddp_is_missing(starters):
@@ -215,6 +215,13 @@ MUTANT_SETS = {
         "ex7_fix_this_script.py": [("        sampler.set_epoch(epoch)", "        pass")],
         # the random generator's state saved but not restored: other dropout masks
         "ex8_convert_your_script.py": [('        torch.set_rng_state(state["rng"])\n', "")],
+        # ZeRO-1 without the sharding: every rank keeps and steps the whole state
+        "ex9_shard_optimizer_state.py": [
+            (
+                "optimizer_class(owned_parameters(self.params, rank, world_size), **defaults)",
+                "optimizer_class(self.params, **defaults)",
+            )
+        ],
     },
     "second": {
         # reduce-scatter without the all-gather
@@ -250,6 +257,8 @@ MUTANT_SETS = {
         ],
         # the sampler's epoch not restored: the resumed epoch replays epoch 0's order
         "ex8_convert_your_script.py": [('        sampler.set_epoch(state["sampler_epoch"])\n', "")],
+        # each shard stepped, but never shared: the ranks drift apart
+        "ex9_shard_optimizer_state.py": [("dist.broadcast(param, src=owner)", "pass")],
     },
     # The defects an outside DDP test suite found that the graders once passed: the models
     # now have frozen parameters, a tied weight, a buffer, and other weights on each rank.
@@ -270,6 +279,10 @@ MUTANT_SETS = {
         "ex5_comm_hook.py": [("    group = state  #", "    group = None  #")],
         # written straight under the checkpoint's name: a crash mid-write leaves a torn file
         "ex8_convert_your_script.py": [('    tmp = final.with_suffix(".tmp")', "    tmp = final")],
+        # a tied weight kept once per layer that uses it: two owners, or one stepping it twice
+        "ex9_shard_optimizer_state.py": [
+            ("            continue  # a tied weight", "            pass  # a tied weight")
+        ],
     },
     "fourth": {
         # a gradient that is None skipped: the ranks' all_reduces pair up different parameters
@@ -285,6 +298,10 @@ MUTANT_SETS = {
         ],
         # no DDP: each rank trains on its half alone
         "ex8_convert_your_script.py": [("    model = DDP(net)", "    model = net")],
+        # frozen parameters given an owner
+        "ex9_shard_optimizer_state.py": [
+            ("            continue  # frozen", "            pass  # frozen")
+        ],
     },
     "fifth": {
         # a tied weight listed twice
@@ -299,6 +316,13 @@ MUTANT_SETS = {
         "ex8_convert_your_script.py": [
             ("    torch.manual_seed(SEED)  #", "    torch.manual_seed(SEED + rank)  #")
         ],
+        # zero_grad clears only the shard's gradients: a stale one reaches the owner's mean
+        "ex9_shard_optimizer_state.py": [
+            (
+                "        for param in self.params:\n            param.grad = None",
+                "        self.local.zero_grad()",
+            )
+        ],
     },
     "sixth": {
         # parameters broadcast, buffers not
@@ -310,6 +334,14 @@ MUTANT_SETS = {
         ],
         # only rank 0 resumes; DDP's broadcast brings back its weights, nothing else
         "ex8_convert_your_script.py": [("    if step:\n", "    if step and rank == 0:\n")],
+        # round robin in the model's order: every 64-element weight lands on rank 0
+        "ex9_shard_optimizer_state.py": [
+            (
+                "    for param in sorted(trainable, key=torch.Tensor.numel, reverse=True):\n"
+                "        owner = loads.index(min(loads))",
+                "    for index, param in enumerate(trainable):\n        owner = index % world_size",
+            )
+        ],
     },
 }
 
@@ -380,6 +412,36 @@ EXPECTED = {
     ("fourth", 8): ({"*"}, "rank 0 never wrapped its model in DistributedDataParallel"),
     ("fifth", 8): ({"*"}, "from one process training on the same whole batches"),
     ("sixth", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
+    ("first", 9): (
+        {
+            "test_each_rank_keeps_state_only_for_the_parameters_it_owns",
+            "test_the_ranks_state_bytes_add_up_to_the_unsharded_optimizers",
+        },
+        "rank 0's optimizer keeps state for encode.bias, which rank 1 owns",
+    ),
+    ("second", 9): (
+        {
+            "test_replicas_are_bit_identical",
+            "test_training_matches_unsharded_adam_on_the_whole_batch",
+        },
+        "each shard's owner must broadcast the updated parameters",
+    ),
+    ("third", 9): (
+        {f"test_each_trainable_parameter_has_one_owner[{p}]" for p in (2, 3)},
+        "encode.weight (tied to decode.weight) is in the shards 2 times (rank 0, rank 1)",
+    ),
+    ("fourth", 9): (
+        {f"test_each_trainable_parameter_has_one_owner[{p}]" for p in (2, 3)},
+        "rank 1's shard holds embed.weight (frozen)",
+    ),
+    ("fifth", 9): (
+        {"test_training_matches_unsharded_adam_on_the_whole_batch"},
+        "differs from unsharded Adam on the whole batch",
+    ),
+    ("sixth", 9): (
+        {"test_the_shards_are_even[2]"},
+        "rank 0's shard holds 201 of the model's 233 trainable elements",
+    ),
 }
 
 

@@ -139,6 +139,12 @@ MUTANTS = {
         ("target = grad + residual", "target = grad"),
         ("p = p / p.norm()", "p = p / 2"),
     ],
+    "ZeRO-1's bytes per parameter": [
+        # the state not divided: plain DDP's 16 bytes at every world size
+        ("return weights + grads + sharded / ranks", "return weights + grads + sharded"),
+        # the fp32 master copy left out of what bf16 training shards
+        ("sharded=12)", "sharded=8)"),
+    ],
     "scaling model": [
         (
             "return 2 * (world - 1) / world * grad_bytes / bus_bytes_per_s",

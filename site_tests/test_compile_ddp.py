@@ -1,0 +1,110 @@
+"""torch.compile with DDP (code/compile_ddp.py): what chapter 8 says about it, against its runs.
+
+The graphs and the two orders are checked on a run of the lab's own (--skip-inductor: seconds),
+so that the release matrix checks them on every release; inductor's timing and the chapter are
+checked on the record that the real build's run left in its lab cache. Compile times are the
+machine's business; only their order is asserted. The lab's check() is the script's verdict on
+its claims, so each claim is also broken here, once, to see that check() refuses it.
+"""
+
+import copy
+import html
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from site_tests.conftest import ROOT, pace
+
+sys.path.insert(0, str(ROOT / "code"))
+import compile_ddp  # noqa: E402
+
+WITH_DDP, OTHER_ORDER, NO_DDP = compile_ddp.ORDERS
+
+
+@pytest.fixture(scope="module")
+def graphs_run(tmp_path_factory):
+    """The lab without its inductor part, run here, on the torch under test."""
+    out = tmp_path_factory.mktemp("compile") / "compile.json"
+    proc = subprocess.run(
+        [sys.executable, "code/compile_ddp.py", "--skip-inductor", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(60),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def compiled(built_site):
+    site, cache = built_site
+    (folder,) = cache.glob("compile-ddp-*/")
+    result = json.loads((folder / "record.json").read_text())["result"]
+    markup = (site / "chapters" / "08-past-ddp" / "index.html").read_text(encoding="utf-8")
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", markup)))
+    return result, text
+
+
+def test_one_graph_per_bucket_of_one_layer_and_more_graphs_than_buckets_at_the_default(
+    graphs_run,
+):
+    result = graphs_run
+    small, large = result["graphs"]
+    assert small == {"bucket_cap_mb": 1, "graphs": result["layers"], "buckets": result["layers"]}
+    # the page: at 25 MiB every layer fits in one bucket, yet dynamo compiles more graphs
+    assert large["bucket_cap_mb"] == 25 and large["buckets"] == 1 < large["graphs"]
+
+
+def test_both_orders_give_eager_ddps_gradients_and_the_control_does_not(graphs_run):
+    result = graphs_run
+    orders = {row["order"]: row for row in result["orders"]}
+    assert list(orders) == [WITH_DDP, OTHER_ORDER, NO_DDP]
+    for order in (WITH_DDP, OTHER_ORDER):
+        assert orders[order]["graphs"] == result["layers"], order
+        assert orders[order]["grad_vs_eager"] == 0.0 and orders[order]["rank_diff"] == 0.0
+    assert orders[NO_DDP]["rank_diff"] > 0.0
+    # the names a checkpoint gets: both wrappers' prefixes, in the order of wrapping
+    assert orders[WITH_DDP]["first_key"].startswith("_orig_mod.module.")
+    assert orders[OTHER_ORDER]["first_key"].startswith("module._orig_mod.")
+
+
+def test_a_warm_cache_skips_the_compile_and_inductor_rounds_like_float32(compiled):
+    result, _ = compiled
+    inductor = result["inductor"]
+    assert inductor["warm_s"] * 3 < inductor["cold_s"]
+    assert inductor["grad_vs_eager"] <= 1e-5
+
+
+def test_the_chapter_shows_the_run(compiled):
+    result, text = compiled
+    rows = {row["order"]: row for row in result["orders"]}
+    for row in rows.values():
+        assert row["first_key"] in text
+    cold = result["inductor"]["cold_s"]
+    assert f"{cold:8.2f} s {cold / result['import_torch_s']:6.2f}x import torch".strip() in text
+    assert "printed when this site was built" in text
+
+
+def test_skip_inductor_leaves_out_its_part_only(graphs_run):
+    assert graphs_run["inductor"] is None and compile_ddp.check(graphs_run) is None
+
+
+def test_check_refuses_each_broken_claim(compiled):
+    result, _ = compiled
+    assert compile_ddp.check(result) is None
+
+    def broken(edit):
+        bad = copy.deepcopy(result)
+        edit(bad)
+        return compile_ddp.check(bad)
+
+    assert "graphs for" in broken(lambda r: r["graphs"][0].update(graphs=1))
+    assert "fewer graphs" in broken(lambda r: r["graphs"][1].update(graphs=99))
+    assert "differ" in broken(lambda r: r["orders"][1].update(grad_vs_eager=1e-3))
+    assert "differ" in broken(lambda r: r["orders"][0].update(rank_diff=1e-3))
+    assert "agree" in broken(lambda r: r["orders"][2].update(rank_diff=0.0))
+    assert "rounding" in broken(lambda r: r["inductor"].update(grad_vs_eager=1e-3))
