@@ -34,6 +34,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
@@ -220,6 +221,9 @@ def rank_worker(rank, world_size, run_dir, args):
     # Each rank compiles into an empty cache of its own, so the first compile is truly cold
     # and one rank never finds what the other just wrote. Set before torch reads it.
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(run_dir, f"inductor-rank{rank}")
+    # Inductor keeps its precompiled headers in the system's temp folder, whatever its cache
+    # folder: make that the run's too, so that nothing outlives the run.
+    os.environ["TMPDIR"] = tempfile.tempdir = run_dir
     import torch
 
     # torch._dynamo comes before the process group: first imported after it (as the
