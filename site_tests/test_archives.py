@@ -140,7 +140,7 @@ def learner_run(folder, *command):
 def test_the_download_holds_starters_tests_and_readme_but_no_solutions(unpacked):
     names = {path.name for path in unpacked.rglob("*") if path.is_file()}
     starters = {path.name for path in (ROOT / "exercises").glob("ex[0-9]*_*.py")}
-    assert len(starters) == 8
+    assert len(starters) == 9
     assert starters | {f"test_{name}" for name in starters} <= names
     assert {"README.md", "ranks.py", "grade.py", "pytest.ini"} <= names
     assert not (unpacked / "solutions").exists()
