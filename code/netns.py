@@ -100,6 +100,9 @@ def run_guarded(prefix, deadline, run):
     run_prefix = f"{prefix}-{os.getpid()}"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
     guardian = start_guardian(run_prefix, tmp)
+    # Whatever the run starts keeps its temporary files in `tmp` too, which goes with it:
+    # torchrun, for one, makes a torchelastic_* log folder in TMPDIR for every agent.
+    os.environ["TMPDIR"] = tempfile.tempdir = str(tmp)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
         signal.signal(signum, _on_signal)
     signal.setitimer(signal.ITIMER_REAL, deadline)

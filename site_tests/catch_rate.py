@@ -32,7 +32,7 @@ def run_checks(pretend, fences_only, scratch):
     """Run the fences (and the lab tests) under PRETEND_TORCH; return {nodeid: outcome}."""
     suites = {"fences": [*noxfile.FENCE_ARGS, "docs"]}
     if not fences_only:
-        suites["labs"] = ["--without-site", *noxfile.lab_tests()]
+        suites["labs"] = [*noxfile.LAB_ONLY, *noxfile.lab_tests()]
     outcomes = {}
     for name, args in suites.items():
         report = pathlib.Path(scratch) / f"{name}.json"

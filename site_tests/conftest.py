@@ -1,17 +1,24 @@
 """Fixtures shared across the suite."""
 
+import importlib.util
+import io
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "code"))
 import pace  # noqa: E402  (every time limit below is written for its reference machine)
 
+# The temporary folder this process started with: the session's guarded folder is made in it,
+# and then becomes every process's TMPDIR (pytest_configure).
+START_TMP = tempfile.gettempdir()
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
 
 
@@ -87,6 +94,7 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
     )
 
 
+GUARDIAN_KEY = pytest.StashKey[subprocess.Popen]()
 # What the guardian runs: it waits for its stdin to close, which happens when the test session
 # ends however it ends (a SIGKILL included: the kernel closes the pipe), then kills every process
 # whose command line names the guarded folder, with its process group (an nginx worker's command
@@ -108,28 +116,38 @@ shutil.rmtree(folder, ignore_errors=True)
 """
 
 
-@pytest.fixture(scope="session")
-def guarded_folder():
-    """A temporary folder for the servers and browsers the tests start, which die with it.
+def pytest_configure(config):
+    """Give the session a guarded temporary folder, and make it every process's TMPDIR.
 
-    Start each such process with this folder in its command line (nginx's prefix, a browser's
-    profile, a tool's output path). A guardian outside the test session's process group holds a
-    pipe from this process: when the session ends, normally or killed, it kills every process
-    that names the folder and removes the folder, so that nothing outlives a killed run.
+    What the tests start keeps its temporary files there (torchrun's torchelastic_* folders,
+    Chromium's sockets, a lab's scratch), and so does this process; pytest's own tmp_path stays
+    where pytest keeps it. A guardian outside the test session's process group holds a pipe from
+    this process: when the session ends, normally or killed, it kills every process that names
+    the folder in its command line and removes the folder, so that nothing outlives a killed run.
     """
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", START_TMP)
     # Short names all the way down: Chromium's singleton socket lives in its TMPDIR, in here,
     # and a Unix socket's path may not pass 107 bytes.
     folder = tempfile.mkdtemp(prefix="guarded-")
-    guardian = subprocess.Popen(
+    config.stash[GUARDIAN_KEY] = subprocess.Popen(
         [sys.executable, "-c", GUARDIAN, folder, str(os.getpgid(0))],
         stdin=subprocess.PIPE,
         start_new_session=True,  # a kill of the session's process group spares it
     )
-    try:
-        yield pathlib.Path(folder)
-    finally:
-        guardian.stdin.close()
-        guardian.wait(timeout=pace.limit(30))
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+
+
+def pytest_unconfigure(config):
+    guardian = config.stash[GUARDIAN_KEY]
+    guardian.stdin.close()
+    guardian.wait(timeout=pace.limit(30))
+
+
+@pytest.fixture(scope="session")
+def guarded_folder():
+    """The session's guarded folder (pytest_configure): start each server or browser with it in
+    its command line (nginx's prefix, a browser's profile, a tool's output path)."""
+    return pathlib.Path(tempfile.gettempdir())
 
 
 @pytest.fixture(scope="session")
@@ -144,6 +162,22 @@ def built_site(tmp_path_factory):
     proc = mkdocs_build(ROOT / "mkdocs.yml", site, cache)
     assert proc.returncode == 0, f"mkdocs build failed:\n{proc.stdout}\n{proc.stderr}"
     return site, cache
+
+
+@pytest.fixture(scope="session")
+def exercises_download(tmp_path_factory):
+    """The exercises download as a learner unpacks it: the zip that hooks/archives.py makes
+    from mkdocs.yml's declaration, extracted (a folder named `exercises`). No site is built."""
+    hook_file = ROOT / "hooks" / "archives.py"
+    spec = importlib.util.spec_from_file_location("archives_under_test", hook_file)
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    extra = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]
+    archive = hook.Archive("exercises", extra["archives"]["exercises"], ROOT, extra["lab_runs"])
+    folder = tmp_path_factory.mktemp("download")
+    with zipfile.ZipFile(io.BytesIO(archive.data)) as opened:
+        opened.extractall(folder)
+    return folder / "exercises"
 
 
 @pytest.fixture

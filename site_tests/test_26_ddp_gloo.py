@@ -346,6 +346,7 @@ def test_skipped_collective_names_the_missing_rank(run, launched):
 # ---------------------------------------------------------------------------------------------
 # Teeth: break the lab on purpose; the checks above must notice
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.teeth
 @pytest.mark.parametrize(
     ("run", "failing"),
     [

@@ -43,7 +43,7 @@ import pytest
 import yaml
 
 from site_tests import lighthouse_gate as gate
-from site_tests.conftest import ROOT, mkdocs_build, pace
+from site_tests.conftest import ROOT, START_TMP, mkdocs_build, pace
 
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 if shutil.which(str(CHROMIUM)) is None:
@@ -842,8 +842,9 @@ def absent(wanted, lines):
 
 @pytest.fixture
 def short_tmp():
-    """A temporary folder with a short path (Chromium keeps a Unix socket deep inside)."""
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="kill-"))
+    """A temporary folder with a short path (Chromium keeps a Unix socket deep inside): in the
+    system's temp folder, not in this session's guarded one."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="kill-", dir=START_TMP))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 

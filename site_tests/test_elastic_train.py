@@ -189,6 +189,7 @@ def uninterrupted(tmp_path_factory):
     return torchrun(tmp_path_factory.mktemp("straight"), steps=STEPS)
 
 
+@pytest.mark.teeth
 @pytest.mark.parametrize("field", FIELDS)
 def test_each_field_left_out_breaks_bit_identity(field, uninterrupted, tmp_path):
     reports = [json.loads(line[3:]) for line in uninterrupted]

@@ -109,9 +109,10 @@ def solutions(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def starters(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("starters")
-    return grade(tmp, learner_folder(tmp / "starters"))
+def starters(tmp_path_factory, exercises_download):
+    """The starters as a learner downloads them, graded (test_archives.py runs plain pytest in
+    the same download)."""
+    return grade(tmp_path_factory.mktemp("starters"), exercises_download)
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +171,15 @@ def test_a_learner_file_that_holds_anything_is_graded_not_crashed_on(tmp_path):
         assert rows[number]["first_failure"], rows[number]
 
 
-def test_starter_7_hangs_and_says_so(starters):
-    rows, _, output = starters
-    assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
+def test_the_grader_in_the_download_prints_the_scoreboard(starters):
+    _, _, output = starters
     assert "0 of 9 solved" in output
+    assert "rank 0 raised NotImplementedError: exercise 1: " in output
+
+
+def test_starter_7_hangs_and_says_so(starters):
+    rows, _, _ = starters
+    assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
 
 
 def test_starter_8_trains_alone_and_says_ddp_is_missing(starters):
@@ -464,6 +470,7 @@ def mutants(tmp_path_factory):
     return graded_set
 
 
+@pytest.mark.teeth
 @pytest.mark.parametrize(("mutant_set", "number"), sorted(EXPECTED))
 def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
     failing, words = EXPECTED[mutant_set, number]

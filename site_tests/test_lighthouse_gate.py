@@ -72,6 +72,15 @@ def test_another_pair_only_while_the_verdict_is_open():
         assert not gate.needs_another_pair([(REFERENCE, heavier)] * gate.MAX_PAIRS)
 
 
+def test_a_budget_no_cpu_changes_decides_in_one_pair():
+    """5,000 extra elements fail whatever the CPU did; a page as light as the reference but
+    one element over its DOM budget needs no second pair to fail."""
+    pairs = [(REFERENCE, run(main_thread=3000.0 * 1.8, dom=gate.DOM_BUDGET + 1))]
+    assert not gate.needs_another_pair(pairs) and gate.problems(pairs)
+    light_but_big = [(REFERENCE, run(main_thread=1500.0, size=gate.BYTES_BUDGET + 1))]
+    assert not gate.needs_another_pair(light_but_big) and gate.problems(light_but_big)
+
+
 def test_one_noisy_pair_cannot_fail_a_page():
     """A ratio of 2.4 in the first pair (a lucky run of the reference) gets two more pairs;
     their median of 1.1 passes the page."""

@@ -158,6 +158,7 @@ BREAKS = {  # what the lab must say, and how the record is broken to make it say
 }
 
 
+@pytest.mark.teeth
 @pytest.mark.parametrize("caught", BREAKS)
 def test_the_lab_refuses_a_record_that_breaks_a_claim(lab, run, caught):
     _, result = run
