@@ -9,12 +9,15 @@ keeping it there lets clean clones and CI runs on the same machine reuse it. An 
 nothing.
 """
 
+import ctypes
 import hashlib
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 
 import nox
 
@@ -75,15 +78,42 @@ def fences(session):
     pytest(session, python, *FENCE_ARGS, *(session.posargs or ["docs"]))
 
 
+def die_with_nox():
+    """For a child's preexec_fn: the kernel kills it when this nox process dies, however it dies
+    (PR_SET_PDEATHSIG), so that nothing we start outlives a killed session."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
 @nox.session
 def tests(session):
-    """The full suite: the fences, then everything in site_tests/."""
+    """The full suite: the fences, then site_tests/ in two halves that run side by side.
+
+    One half builds the site and checks its pages in a browser (`--only-site`); the other runs
+    every test that needs no built site: the labs, the exercises, the failure gallery
+    (`--without-site`). Each is mostly waiting (on Lighthouse's throttled page loads, on a
+    lab's ranks, on a daemon), so on two cores the pair takes little more than the longer half.
+    The site half prints as it goes; the other half's log follows when both are done.
+    """
     python = shared_venv(session)
     if session.posargs:
         pytest(session, python, *session.posargs)
         return
     pytest(session, python, *FENCE_ARGS, "docs")
-    pytest(session, python, "site_tests")
+    with tempfile.TemporaryFile("w+") as log:
+        labs = subprocess.Popen(
+            [python, "-m", "pytest", "--without-site", "site_tests"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_nox,
+        )
+        try:
+            pytest(session, python, "--only-site", "site_tests")
+        finally:
+            labs.wait()
+            log.seek(0)
+            print(log.read(), flush=True)
+    if labs.returncode != 0:
+        session.error(f"the half without the site failed (pytest exited {labs.returncode})")
 
 
 # The torch releases the site is checked on: the pinned one, and the two before it. To check
@@ -180,11 +210,9 @@ def exercises(session):
     session.run(python, "exercises/grade.py", *session.posargs, external=True)
 
 
-# A CPU hog, pinned to one core: it spins until killed, and dies with the session that started
-# it (PR_SET_PDEATHSIG), however that session ends.
+# A CPU hog, pinned to one core: it spins until killed (or until nox dies: die_with_nox).
 HOG = """
-import ctypes, os, signal, sys
-ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+import os, sys
 os.sched_setaffinity(0, {int(sys.argv[1])})
 while True:
     pass
@@ -196,7 +224,7 @@ def half_busy(session):
     """Run a command with half the machine's cores kept busy: `-- bash .ci/run` by default."""
     cores = sorted(os.sched_getaffinity(0))
     hogs = [
-        subprocess.Popen([sys.executable, "-c", HOG, str(core)])
+        subprocess.Popen([sys.executable, "-c", HOG, str(core)], preexec_fn=die_with_nox)
         for core in cores[: len(cores) // 2]
     ]
     session.log(f"{len(hogs)} of {len(cores)} cores busy")

@@ -12,6 +12,7 @@ without running:
 
 `--without-site` deselects every test that needs the built site: the release matrix runs the
 labs' own tests on each torch, and the site is built (and its pages checked) on the pinned one.
+`--only-site` keeps only those: `nox -s tests` runs the two halves side by side.
 
 Two switches serve the release matrix's catch-rate measure (site_tests/catch_rate.py):
 - PRETEND_TORCH=2.15.0 makes `torch.__version__` read 2.15.0 inside every fence, and
@@ -101,14 +102,32 @@ def pytest_addoption(parser):
         action="store_true",
         help="deselect the tests that need the built site (the release matrix runs labs only)",
     )
+    parser.addoption(
+        "--only-site",
+        action="store_true",
+        help="deselect every test that does not need the built site",
+    )
+
+
+# The fixtures that build the site: test_browser.py's site_build is built_site, unless a person
+# points it at a site already built ($SITE_DIR).
+SITE_FIXTURES = {"built_site", "site_build"}
+
+
+def needs_site(item):
+    return not SITE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--without-site", default=False):
-        site = [item for item in items if "built_site" in getattr(item, "fixturenames", ())]
-        if site:
-            config.hook.pytest_deselected(items=site)
-            items[:] = [item for item in items if item not in site]
+    without = config.getoption("--without-site", default=False)
+    only = config.getoption("--only-site", default=False)
+    if without and only:
+        raise pytest.UsageError("--without-site and --only-site leave no test to run")
+    if without or only:
+        dropped = [item for item in items if needs_site(item) == without]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in dropped]
     for item in items:
         code = getattr(item, "code", None)
         if code is None:

@@ -168,28 +168,45 @@ def test_check_report_records_each_outcome_with_its_fence(tmp_path):
     assert "the fence sees" in by_outcome["failed"]["message"]
 
 
-def test_without_site_deselects_the_tests_that_need_the_built_site(tmp_path):
-    (tmp_path / "test_mixed.py").write_text(
-        textwrap.dedent("""\
-        import pytest
+MIXED = """\
+import pytest
 
-        @pytest.fixture
-        def built_site():
-            raise AssertionError("the site was built")
+@pytest.fixture
+def built_site():
+    return "site"
 
-        def test_needs_the_site(built_site):
-            pass
+def test_needs_the_site(built_site):
+    pass
 
-        def test_a_lab():
-            pass
-        """)
-    )
+def test_a_lab():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    "switches, kept",
+    [
+        (["--without-site"], "test_a_lab"),
+        (["--only-site"], "test_needs_the_site"),
+        ([], None),
+        (["--without-site", "--only-site"], "error"),
+    ],
+)
+def test_the_site_switches_split_the_suite_in_two_halves(tmp_path, switches, kept):
+    """`nox -s tests` runs `--only-site` beside `--without-site`: together, every test once."""
+    (tmp_path / "test_mixed.py").write_text(MIXED)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--without-site", "-q"]
+        [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "-v", *switches]
         + [str(tmp_path / "test_mixed.py")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=pace.limit(60),
     )
-    assert "1 passed, 1 deselected" in proc.stdout, proc.stdout
+    ran = re.findall(r"::(test_\w+) PASSED", proc.stdout)
+    if kept == "error":
+        assert proc.returncode == 4 and "leave no test to run" in proc.stderr, proc.stderr
+    elif kept is None:
+        assert sorted(ran) == ["test_a_lab", "test_needs_the_site"], proc.stdout
+    else:
+        assert ran == [kept] and "1 passed, 1 deselected" in proc.stdout, proc.stdout
