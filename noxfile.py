@@ -9,6 +9,7 @@ keeping it there lets clean clones and CI runs on the same machine reuse it. An 
 nothing.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -24,6 +25,9 @@ import nox
 ROOT = pathlib.Path(__file__).parent
 sys.path.insert(0, str(ROOT))
 from hooks.fencerunner import WARNINGS_AS_ERRORS  # noqa: E402  (one home for the flags)
+
+sys.path.append(str(ROOT / "code"))
+import pace  # noqa: E402  (the machine's pace, which runs started side by side share)
 
 REQUIREMENTS = ROOT / "requirements.txt"
 VENVS = pathlib.Path(
@@ -67,8 +71,8 @@ def shared_venv(session, torch_version=PINNED_TORCH):
     return str(python)
 
 
-def pytest(session, python, *args):
-    session.run(python, "-m", "pytest", *args, external=True)
+def pytest(session, python, *args, env=None):
+    session.run(python, "-m", "pytest", *args, external=True, env=env)
 
 
 @nox.session
@@ -84,6 +88,13 @@ def die_with_nox():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
+def side_by_side(session, runs, python):
+    """The environment for `runs` runs started side by side (code/pace.py), logged."""
+    shared = pace.side_by_side(runs, python)
+    session.log(f"{runs} runs side by side: each counts import torch as {shared[pace.ENV]} s")
+    return shared
+
+
 @nox.session
 def tests(session):
     """The full suite: the fences, then site_tests/ in two halves that run side by side.
@@ -92,22 +103,25 @@ def tests(session):
     every test that needs no built site: the labs, the exercises, the failure gallery
     (`--without-site`). Each is mostly waiting (on Lighthouse's throttled page loads, on a
     lab's ranks, on a daemon), so on two cores the pair takes little more than the longer half.
-    The site half prints as it goes; the other half's log follows when both are done.
+    The site half prints as it goes; the other half's log follows when both are done. Both
+    count one `import torch` measurement, doubled, as each has about half the machine.
     """
     python = shared_venv(session)
     if session.posargs:
         pytest(session, python, *session.posargs)
         return
     pytest(session, python, *FENCE_ARGS, "docs")
+    shared = side_by_side(session, 2, python)
     with tempfile.TemporaryFile("w+") as log:
         labs = subprocess.Popen(
             [python, "-m", "pytest", "--without-site", "site_tests"],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=os.environ | shared,
             preexec_fn=die_with_nox,
         )
         try:
-            pytest(session, python, "--only-site", "site_tests")
+            pytest(session, python, "--only-site", "site_tests", env=shared)
         finally:
             labs.wait()
             log.seek(0)
@@ -158,6 +172,35 @@ def releases(session, torch):
     python = shared_venv(session, torch)
     pytest(session, python, *FENCE_ARGS, "docs")
     pytest(session, python, *LAB_ONLY, *(session.posargs or lab_tests()))
+
+
+@nox.session(name="older-releases", default=False)
+def older_releases(session):
+    """The releases before the pinned one, side by side, as .ci/run runs them after `tests`.
+
+    Much of a lab test is waiting (on a deadline, a daemon, a restart), so the two take little
+    more than the slower one. Each writes a log of its own, printed whole when both are done.
+    """
+    older = [release for release in RELEASES if release != PINNED_TORCH]
+    shared = side_by_side(session, len(older), shared_venv(session))
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in older]
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "nox", "-s", f"releases(torch='{release}')"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=os.environ | shared,
+                preexec_fn=die_with_nox,
+            )
+            for release, log in zip(older, logs, strict=True)
+        ]
+        failed = [release for release, run in zip(older, runs, strict=True) if run.wait() != 0]
+        for log in logs:
+            log.seek(0)
+            print(log.read(), flush=True)
+    if failed:
+        session.error(f"the matrix failed on torch {', '.join(failed)}")
 
 
 @nox.session(name="catch-rate", default=False)

@@ -14,7 +14,10 @@ the reference machine still ends within about a minute anywhere.
 
 The measurement is taken once per run, by whatever starts first (a build, a test session, a
 script started by hand), and handed to every process it starts through the environment variable
-DDP_COURSE_IMPORT_S, so that a whole run agrees on one number.
+DDP_COURSE_IMPORT_S, so that a whole run agrees on one number. Runs started side by side (the
+two halves of `nox -s tests`, the release matrix in .ci/run) share one measurement, stretched by
+their number (`side_by_side`): taken as they start, it cannot see the load they put on one
+another once they are under way.
 """
 
 import os
@@ -37,15 +40,41 @@ def import_seconds():
     """
     if given := os.environ.get(ENV):
         return float(given)
-    started = time.perf_counter()
     if "torch" in sys.modules:
-        # 3x what the slowest machine of our kind was seen to take, under load
-        subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=60)
+        seconds = fresh_import_seconds(sys.executable)
     else:
+        started = time.perf_counter()
         import torch  # noqa: F401
-    seconds = time.perf_counter() - started
+
+        seconds = time.perf_counter() - started
     os.environ[ENV] = f"{seconds:.2f}"
     return seconds
+
+
+def fresh_import_seconds(python, together=1):
+    """Seconds `import torch` takes in fresh interpreters, `python`, `together` started at once
+    (until the last one is done)."""
+    started = time.perf_counter()
+    imports = [subprocess.Popen([python, "-c", "import torch"]) for _ in range(together)]
+    for each in imports:
+        # 3x what the slowest machine of our kind was seen to take, under load
+        if each.wait(timeout=60) != 0:
+            raise subprocess.CalledProcessError(each.returncode, each.args)
+    return time.perf_counter() - started
+
+
+def side_by_side(runs, python):
+    """The environment for `runs` runs about to start side by side: one measurement for all,
+    times `runs`, as each will have about a `runs`-th of the machine it was measured on.
+
+    The measurement is this run's, else `runs` fresh imports in `python` at once: one alone
+    would find a free core beside a busy one, and miss the load the runs will share.
+    """
+    if ENV in os.environ:
+        seconds = float(os.environ[ENV])
+    else:
+        seconds = fresh_import_seconds(python, together=runs)
+    return {ENV: f"{runs * seconds:.2f}"}
 
 
 def factor():

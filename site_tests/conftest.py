@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+ARCHIVES_HOOK = ROOT / "hooks" / "archives.py"  # zips the downloads; tests build with it
 sys.path.insert(0, str(ROOT / "code"))
 import pace  # noqa: E402  (every time limit below is written for its reference machine)
 
@@ -24,7 +25,8 @@ BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own t
 
 def pytest_report_header():
     """The run's one measurement, in its log: every limit below is stretched by this factor."""
-    return f"pace: import torch took {pace.import_seconds():.2f} s; limits x{pace.factor():.2f}"
+    seconds, factor = pace.import_seconds(), pace.factor()
+    return f"pace: import torch counted as {seconds:.2f} s (code/pace.py); limits x{factor:.2f}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -95,6 +97,7 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
 
 
 GUARDIAN_KEY = pytest.StashKey[subprocess.Popen]()
+GUARDED_KEY = pytest.StashKey[pathlib.Path]()
 # What the guardian runs: it waits for its stdin to close, which happens when the test session
 # ends however it ends (a SIGKILL included: the kernel closes the pipe), then kills every process
 # whose command line names the guarded folder, with its process group (an nginx worker's command
@@ -129,6 +132,7 @@ def pytest_configure(config):
     # Short names all the way down: Chromium's singleton socket lives in its TMPDIR, in here,
     # and a Unix socket's path may not pass 107 bytes.
     folder = tempfile.mkdtemp(prefix="guarded-")
+    config.stash[GUARDED_KEY] = pathlib.Path(folder)
     config.stash[GUARDIAN_KEY] = subprocess.Popen(
         [sys.executable, "-c", GUARDIAN, folder, str(os.getpgid(0))],
         stdin=subprocess.PIPE,
@@ -144,10 +148,10 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture(scope="session")
-def guarded_folder():
+def guarded_folder(pytestconfig):
     """The session's guarded folder (pytest_configure): start each server or browser with it in
     its command line (nginx's prefix, a browser's profile, a tool's output path)."""
-    return pathlib.Path(tempfile.gettempdir())
+    return pytestconfig.stash[GUARDED_KEY]
 
 
 @pytest.fixture(scope="session")
@@ -168,8 +172,7 @@ def built_site(tmp_path_factory):
 def exercises_download(tmp_path_factory):
     """The exercises download as a learner unpacks it: the zip that hooks/archives.py makes
     from mkdocs.yml's declaration, extracted (a folder named `exercises`). No site is built."""
-    hook_file = ROOT / "hooks" / "archives.py"
-    spec = importlib.util.spec_from_file_location("archives_under_test", hook_file)
+    spec = importlib.util.spec_from_file_location("archives_under_test", ARCHIVES_HOOK)
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     extra = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]

@@ -14,9 +14,7 @@ import zipfile
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT, mkdocs_build, run_unpacked
-
-HOOK = ROOT / "hooks" / "archives.py"
+from site_tests.conftest import ARCHIVES_HOOK, ROOT, mkdocs_build, run_unpacked
 
 
 def scratch_site(tmp_path, archives, page="<!-- archive:demo -->\n"):
@@ -32,7 +30,7 @@ def scratch_site(tmp_path, archives, page="<!-- archive:demo -->\n"):
     config = {
         "site_name": "scratch",
         "strict": True,
-        "hooks": [str(HOOK)],
+        "hooks": [str(ARCHIVES_HOOK)],
         "extra": {"archives": archives},
     }
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))

@@ -32,7 +32,7 @@ import time
 import pytest
 import yaml
 
-from site_tests.conftest import ROOT, mkdocs_build, pace
+from site_tests.conftest import ARCHIVES_HOOK, ROOT, mkdocs_build, pace
 
 sys.path.insert(0, str(ROOT / "hooks"))
 import labrunner  # noqa: E402
@@ -555,7 +555,7 @@ def scratch_chapter(tmp_path_factory):
         "site_name": "sections",
         "strict": True,
         "theme": {"name": "material"},
-        "hooks": [str(ROOT / "hooks" / "archives.py")],
+        "hooks": [str(ARCHIVES_HOOK)],
         "markdown_extensions": [
             "admonition",
             "pymdownx.details",

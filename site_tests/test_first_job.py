@@ -30,23 +30,15 @@ def torchrun(script, *args, nproc=2, **env):
     )
 
 
-# Imported by every process of the module's run (a sitecustomize.py on PYTHONPATH): at exit,
-# before the interpreter's teardown, each process lists its gloo threads in one file.
+# Imported by every process of the module's run (a sitecustomize.py on PYTHONPATH, beside
+# gloo_threads.py): at exit, before the interpreter's teardown, each process lists the gloo
+# threads that would meet that teardown in one file.
 EXIT_PROBE = """
-import atexit, os, time
-
-def gloo_threads():
-    tasks = os.listdir("/proc/self/task")
-    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
-    return sorted(name for name in names if "gloo" in name)
+import atexit, os
+from gloo_threads import gloo_threads_after
 
 def report_gloo_threads():
-    # gloo's own loop thread may end a moment after the group: a grace, as in
-    # test_teardown.py, so that what is left is what would meet the interpreter's teardown
-    deadline = time.monotonic() + float(os.environ["GLOO_GRACE_S"])
-    while gloo_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    line = " ".join(gloo_threads()) or "none"
+    line = " ".join(gloo_threads_after(float(os.environ["GLOO_GRACE_S"]))) or "none"
     with open(os.environ["GLOO_THREADS_AT_EXIT"], "a") as out:
         out.write(f"{os.getpid()}: {line}\\n")  # one write per line: ranks share the file
 
@@ -68,7 +60,8 @@ def ddp_run(tmp_path_factory, exit_report):
     checkpoint = folder / "ddp.pt"
     checkpoint.write_bytes(b"an older checkpoint")
     os.link(checkpoint, folder / "reader.pt")  # a reader that opened the older file
-    paths = [str(exit_report.parent), os.environ.get("PYTHONPATH", "")]
+    probes = [exit_report.parent, ROOT / "site_tests"]
+    paths = [*map(str, probes), os.environ.get("PYTHONPATH", "")]
     done = torchrun(
         DDP_SCRIPT,
         CHECKPOINT=str(checkpoint),

@@ -55,6 +55,15 @@ def test_a_run_measures_once_and_its_children_inherit_the_number():
     assert python(code, **{pace.ENV: None}).split() == ["True", "True", "True"]
 
 
+def test_runs_side_by_side_share_one_measurement_times_their_number(monkeypatch):
+    monkeypatch.setenv(pace.ENV, "1.50")  # measured already: no interpreter is started
+    assert pace.side_by_side(2, "/no/such/python") == {pace.ENV: "3.00"}
+    monkeypatch.delenv(pace.ENV)
+    (counted,) = pace.side_by_side(3, sys.executable).values()
+    assert float(counted) >= 3 * 0.1, "three times a fresh import torch"
+    assert pace.ENV not in os.environ, "this run's own pace is left alone"
+
+
 def test_a_failure_scripts_default_deadline_follows_the_pace():
     code = (
         "import sys, harness\n"

@@ -10,6 +10,7 @@ that chapter 1's script has no gloo thread left when its interpreter starts to e
 
 import ast
 import json
+import os
 import subprocess
 import sys
 
@@ -17,10 +18,11 @@ import pytest
 
 from site_tests.conftest import ROOT, pace
 
-# One rank: gloo threads are named by torch (pt_gloo_runloop) and gloo (gloo_tcp_loop).
+# One rank; gloo_threads.py, on its PYTHONPATH, lists the threads.
 PROBE = """
-import json, os, sys, time
+import json, os, sys
 import torch
+from gloo_threads import gloo_threads_after
 order, store, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if order == "before":
     import torch._dynamo
@@ -31,20 +33,7 @@ if order == "after":
 total = torch.ones(1)
 dist.all_reduce(total)
 dist.destroy_process_group()
-
-
-def gloo_threads():
-    tasks = os.listdir("/proc/self/task")
-    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
-    return sorted(name for name in names if "gloo" in name)
-
-
-# A freed group's threads end as the call returns, gloo's own loop a moment later: give
-# them a grace period, so that what is left after it is what outlives the call.
-deadline = time.monotonic() + float(sys.argv[4])
-while gloo_threads() and time.monotonic() < deadline:
-    time.sleep(0.05)
-print(json.dumps(gloo_threads()), flush=True)
+print(json.dumps(gloo_threads_after(float(sys.argv[4]))), flush=True)
 os._exit(0)  # the probe reports the threads; it does not gamble on the abort itself
 """
 
@@ -53,12 +42,14 @@ def gloo_threads_after_destroy(tmp_path, order):
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     store = tmp_path / f"store-{order}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "site_tests"))
     ranks = [
         subprocess.Popen(
             [sys.executable, str(probe), order, str(store), str(rank), str(pace.limit(2))],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for rank in (0, 1)
     ]
