@@ -88,6 +88,23 @@ def die_with_nox():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
+def start_beside(command, log, env):
+    """Start `command` beside this session, with `env` added and its output going to `log`; it
+    dies with nox (die_with_nox)."""
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=os.environ | env,
+        preexec_fn=die_with_nox,
+    )
+
+
+def print_log(log):
+    log.seek(0)
+    print(log.read(), flush=True)
+
+
 def side_by_side(session, runs, python):
     """The environment for `runs` runs started side by side (code/pace.py), logged."""
     shared = pace.side_by_side(runs, python)
@@ -113,19 +130,12 @@ def tests(session):
     pytest(session, python, *FENCE_ARGS, "docs")
     shared = side_by_side(session, 2, python)
     with tempfile.TemporaryFile("w+") as log:
-        labs = subprocess.Popen(
-            [python, "-m", "pytest", "--without-site", "site_tests"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=os.environ | shared,
-            preexec_fn=die_with_nox,
-        )
+        labs = start_beside([python, "-m", "pytest", "--without-site", "site_tests"], log, shared)
         try:
             pytest(session, python, "--only-site", "site_tests", env=shared)
         finally:
             labs.wait()
-            log.seek(0)
-            print(log.read(), flush=True)
+            print_log(log)
     if labs.returncode != 0:
         session.error(f"the half without the site failed (pytest exited {labs.returncode})")
 
@@ -186,19 +196,14 @@ def older_releases(session):
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in older]
         runs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "nox", "-s", f"releases(torch='{release}')"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ | shared,
-                preexec_fn=die_with_nox,
+            start_beside(
+                [sys.executable, "-m", "nox", "-s", f"releases(torch='{release}')"], log, shared
             )
             for release, log in zip(older, logs, strict=True)
         ]
         failed = [release for release, run in zip(older, runs, strict=True) if run.wait() != 0]
         for log in logs:
-            log.seek(0)
-            print(log.read(), flush=True)
+            print_log(log)
     if failed:
         session.error(f"the matrix failed on torch {', '.join(failed)}")
 

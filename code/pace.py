@@ -15,9 +15,9 @@ the reference machine still ends within about a minute anywhere.
 The measurement is taken once per run, by whatever starts first (a build, a test session, a
 script started by hand), and handed to every process it starts through the environment variable
 DDP_COURSE_IMPORT_S, so that a whole run agrees on one number. Runs started side by side (the
-two halves of `nox -s tests`, the release matrix in .ci/run) share one measurement, stretched by
-their number (`side_by_side`): taken as they start, it cannot see the load they put on one
-another once they are under way.
+two halves of `nox -s tests`, the two releases of `nox -s older-releases`) share one
+measurement, stretched by their number (`side_by_side`): taken as they start, it cannot see the
+load they put on one another once they are under way.
 """
 
 import os
