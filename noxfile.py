@@ -25,6 +25,7 @@ import nox
 ROOT = pathlib.Path(__file__).parent
 sys.path.insert(0, str(ROOT))
 from hooks.fencerunner import WARNINGS_AS_ERRORS  # noqa: E402  (one home for the flags)
+from hooks.labrunner import SHARED_CACHE_ENV  # noqa: E402
 
 sys.path.append(str(ROOT / "code"))
 import pace  # noqa: E402  (the machine's pace, which runs started side by side share)
@@ -105,6 +106,23 @@ def print_log(log):
     print(log.read(), flush=True)
 
 
+@contextlib.contextmanager
+def folder_that_dies_with_nox(prefix):
+    """A temporary folder, removed when the session ends however nox ends (SIGKILL included):
+    a shell in a session of its own waits for its stdin, which closes when nox dies."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    guard = subprocess.Popen(
+        ["sh", "-c", 'cat >/dev/null; rm -rf "$1"', "guard", folder],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        yield folder
+    finally:
+        guard.stdin.close()
+        guard.wait()
+
+
 def side_by_side(session, runs, python):
     """The environment for `runs` runs started side by side (code/pace.py), logged."""
     shared = pace.side_by_side(runs, python)
@@ -118,10 +136,12 @@ def tests(session):
 
     One half builds the site and checks its pages in a browser (`--only-site`); the other runs
     every test that needs no built site: the labs, the exercises, the failure gallery
-    (`--without-site`). Each is mostly waiting (on Lighthouse's throttled page loads, on a
-    lab's ranks, on a daemon), so on two cores the pair takes little more than the longer half.
+    (`--without-site`). Much of each is waiting (on Lighthouse's page loads, on a lab's ranks,
+    on a daemon), so on two cores the pair takes less than the two one after the other.
     The site half prints as it goes; the other half's log follows when both are done. Both
-    count one `import torch` measurement, doubled, as each has about half the machine.
+    count one `import torch` measurement, doubled, as each has about half the machine, and
+    both keep lab records in one cache, so that each lab the build and the tests both run
+    runs once (site_tests/conftest.py's lab_cache).
     """
     python = shared_venv(session)
     if session.posargs:
@@ -129,7 +149,11 @@ def tests(session):
         return
     pytest(session, python, *FENCE_ARGS, "docs")
     shared = side_by_side(session, 2, python)
-    with tempfile.TemporaryFile("w+") as log:
+    with (
+        folder_that_dies_with_nox("lab-records-") as records,
+        tempfile.TemporaryFile("w+") as log,
+    ):
+        shared[SHARED_CACHE_ENV] = records
         labs = start_beside([python, "-m", "pytest", "--without-site", "site_tests"], log, shared)
         try:
             pytest(session, python, "--only-site", "site_tests", env=shared)
@@ -159,13 +183,14 @@ SITE_ONLY_TESTS = {
     "test_fence_teeth.py",
     "test_fence_outputs.py",
     "test_topics.py",
+    "test_lab_runner.py",
 }
 
 
 # What the release matrix leaves out: the site, and the tests that break a claim on purpose to
-# show that its check fails (`teeth` in pyproject.toml). They judge our checks, not torch, and
-# the exercises' six sets of broken solutions alone grade the exercises six times over. Each
-# claim itself is still checked on every release.
+# show that its check fails (`teeth` in pyproject.toml), the exercises' starters among them.
+# They judge our checks, not torch, and the exercises' six sets of broken solutions alone grade
+# the exercises six times over. Each claim itself is still checked on every release.
 LAB_ONLY = ["--without-site", "-m", "not teeth"]
 
 

@@ -11,6 +11,7 @@ result (what the lab wrote with --json).
 import ast
 import contextlib
 import datetime
+import fcntl
 import functools
 import hashlib
 import importlib.metadata
@@ -28,7 +29,13 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent  # the project, for the command line
 TRACEBACK = "Traceback (most recent call last)"
+# What torch itself keeps in TMPDIR, shared by every run and meant to persist: the per-user
+# compile cache that `import torch._dynamo` makes. Anything else there is the run's own.
+TORCH_OWN = ("torchinductor_",)
 LOG = logging.getLogger("mkdocs.hooks.labs")
+# The lab cache that `nox -s tests` hands both of its halves: the build and the tests beside it
+# then run each lab once between them (load_record; site_tests/conftest.py's lab_cache).
+SHARED_CACHE_ENV = "SHARED_LAB_CACHE"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +201,10 @@ def execute(run):
     A plain script (torchrun: N, or plain: true) starts in that directory, so that what it
     writes in the current folder (a checkpoint) goes too; its record holds all it printed,
     stderr included (torchrun's OMP_NUM_THREADS banner), as a terminal shows it.
+
+    The record also says what the run left behind, for the tests to judge (the build ends it
+    and says nothing): `left_processes`, the pids still alive in its session when it exited,
+    and `left_files`, what it left in that directory besides its JSON and torch's own folders.
     """
     timeout = time_limit(run)  # measured before the clock starts, and handed to the lab
     with tempfile.TemporaryDirectory(prefix=f"lab-{run.name}-") as scratch:
@@ -218,7 +229,7 @@ def execute(run):
             what = f"timed out after {timeout:.0f} s (its {run.timeout:g} s at this machine's pace)"
             raise LabFailed(run, what, stdout, stderr) from None
         finally:
-            kill_leftovers(proc.pid)
+            left_processes = kill_leftovers(proc.pid)
         wall = time.perf_counter() - clock
         if proc.returncode != 0:
             raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
@@ -230,6 +241,11 @@ def execute(run):
             raise LabFailed(run, "wrote no --json file", stdout, stderr)
         else:
             result = json.loads(json_path.read_text())
+        left_files = sorted(
+            path.name
+            for path in pathlib.Path(scratch).iterdir()
+            if path != json_path and not path.name.startswith(TORCH_OWN)
+        )
     return {
         "name": run.name,
         "command": run.command,
@@ -238,7 +254,10 @@ def execute(run):
         "wall_s": round(wall, 2),
         "git_commit": git_commit(run.root),
         "stdout": stdout,
+        "stderr": stderr or "",
         "result": result,
+        "left_processes": left_processes,
+        "left_files": left_files,
     }
 
 
@@ -272,18 +291,37 @@ def lab_environment(run, scratch):
     return env
 
 
-def kill_leftovers(pgid, grace=5.0):
-    """A lab that exits must not leave ranks behind; if it did, end them (and say nothing).
+def kill_leftovers(session, grace=5.0):
+    """A lab that exits must not leave ranks behind; if it did, end them and return their pids.
 
     Then wait, at most `grace` seconds, until none is left, so that no dying rank still writes
     into the directory that is removed next.
     """
+    left = session_members(session)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + grace
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(session, signal.SIGKILL)
         while time.monotonic() < deadline:
-            os.killpg(pgid, 0)  # raises ProcessLookupError once the group is empty
+            os.killpg(session, 0)  # raises ProcessLookupError once the group is empty
             time.sleep(0.05)
+    return left
+
+
+def session_members(session):
+    """Live processes (zombies aside) whose session id is `session`: /proc/PID/stat field 6.
+    A lab starts in a session of its own, which every rank it starts inherits."""
+    members = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        if fields[0] != "Z" and int(fields[3]) == session:
+            members.append(int(stat.parent.name))
+    return sorted(members)
 
 
 class LabError(Exception):
@@ -298,19 +336,27 @@ class LabFailed(LabError):
         super().__init__(f"lab run {run.name!r} ({' '.join(run.command)}) {what}:\n{tail}")
 
 
-def load_record(run):
-    """The record for `run`: from its committed file, from the cache, or by running it now."""
+def load_record(run, cache=None):
+    """The record for `run`: from its committed file, from the cache, or by running it now.
+
+    `cache` defaults to cache_root's. Processes that share one cache run each lab once: the
+    first to ask runs it, holding its key's lock, and the others wait on the lock and read its
+    record. Under `nox -s tests` the build and the tests beside it share one this way.
+    """
     if run.recorded is not None:
         return json.loads(run.recorded.read_text()) if run.recorded.is_file() else None
-    folder = cache_root(run.root) / f"{run.name}-{run.cache_key()}"
-    cached = folder / "record.json"
-    if cached.is_file():
-        return json.loads(cached.read_text())
-    LOG.info(f"lab {run.name}: running {' '.join(run.command)} (timeout {time_limit(run):.0f} s)")
-    record = execute(run)
-    LOG.info(f"lab {run.name}: finished in {record['wall_s']} s")
+    folder = (cache or cache_root(run.root)) / f"{run.name}-{run.cache_key()}"
     folder.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(record, indent=1))
+    cached = folder / "record.json"
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if cached.is_file():
+            return json.loads(cached.read_text())
+        command = " ".join(run.command)
+        LOG.info(f"lab {run.name}: running {command} (timeout {time_limit(run):.0f} s)")
+        record = execute(run)
+        LOG.info(f"lab {run.name}: finished in {record['wall_s']} s")
+        cached.write_text(json.dumps(record, indent=1))
     return record
 
 

@@ -17,6 +17,9 @@ ARCHIVES_HOOK = ROOT / "hooks" / "archives.py"  # zips the downloads; tests buil
 sys.path.insert(0, str(ROOT / "code"))
 import pace  # noqa: E402  (every time limit below is written for its reference machine)
 
+sys.path.insert(0, str(ROOT / "hooks"))
+import labrunner  # noqa: E402  (how the build runs a lab and keeps its record)
+
 # The temporary folder this process started with: the session's guarded folder is made in it,
 # and then becomes every process's TMPDIR (pytest_configure).
 START_TMP = tempfile.gettempdir()
@@ -155,17 +158,39 @@ def guarded_folder(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory):
-    """The real site, built once per test session with an empty lab cache: (site, cache).
+def lab_cache(tmp_path_factory):
+    """The lab cache of this test session, empty when it starts: every record in it comes from
+    a run of this session. Under `nox -s tests` both halves get the same one
+    (labrunner.SHARED_CACHE_ENV), and labrunner.load_record runs each lab once for the two: the
+    build and a test that both want a run wait for whichever asked first."""
+    shared = os.environ.get(labrunner.SHARED_CACHE_ENV)
+    return pathlib.Path(shared) if shared else tmp_path_factory.mktemp("labs")
 
-    An empty cache makes the build run every lab, so the pages show this build's runs and the
+
+@pytest.fixture(scope="session")
+def lab_record(lab_cache):
+    """lab_record(NAME): the record of mkdocs.yml's lab run NAME, exactly as the build runs it,
+    from this session's lab cache (run now if no one has yet)."""
+    declared = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    runs = declared["extra"]["lab_runs"]
+
+    def record(name):
+        return labrunner.load_record(labrunner.LabRun(name, runs[name], ROOT), lab_cache)
+
+    return record
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory, lab_cache):
+    """The real site, built once per test session: (site, cache).
+
+    Its lab cache is this session's (lab_cache), so the pages show this session's runs and the
     tests can compare them with the records the runs left in `cache`.
     """
-    work = tmp_path_factory.mktemp("build")
-    site, cache = work / "site", work / "cache"
-    proc = mkdocs_build(ROOT / "mkdocs.yml", site, cache)
+    site = tmp_path_factory.mktemp("build") / "site"
+    proc = mkdocs_build(ROOT / "mkdocs.yml", site, lab_cache)
     assert proc.returncode == 0, f"mkdocs build failed:\n{proc.stdout}\n{proc.stderr}"
-    return site, cache
+    return site, lab_cache
 
 
 @pytest.fixture(scope="session")

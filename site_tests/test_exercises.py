@@ -1,8 +1,9 @@
 """The exercises are gradable: every solution passes, every starter fails for its own gap.
 
-Each run below is one `grade.py --json` process over a folder laid out as a learner's
-download, so each exercise's tests run once per mode:
-- the solutions (what the build's `exercises` lab run also checks);
+Each run below is one `grade.py --json` process, so each exercise's tests run once per mode:
+- the solutions: the build's `exercises` lab run itself, from its record (conftest.py's
+  lab_record), so that under `nox -s tests` they are graded once for the page and the tests;
+and, over a folder laid out as a learner's download:
 - the starters, where each exercise must fail with its own NotImplementedError (exercise 4,
   which builds on exercise 3, is graded beside exercise 3's solution; exercise 7 has no gap
   to fill, only bugs: its starter must hang, the first of them; exercise 8's starter is a
@@ -10,9 +11,11 @@ download, so each exercise's tests run once per mode:
 - solutions broken on purpose, one claim at a time, where exactly the test that guards the
   claim must fail: the proof that the checks have teeth, including the hang message and the
   "first all_reduce before backward finishes" timestamps.
+The last two judge the graders, not torch: they are marked `teeth`, and the release matrix
+leaves them to the pinned release.
 
-Every run gets a temp dir of its own as TMPDIR and a process group of its own; afterwards
-both must be empty. The cache key of the build's grading run is tested at the end.
+Every run gets a temp dir of its own as TMPDIR and a session of its own; afterwards both
+must be empty. The cache key of the build's grading run is tested at the end.
 """
 
 import html
@@ -32,10 +35,7 @@ import time
 import pytest
 import yaml
 
-from site_tests.conftest import ARCHIVES_HOOK, ROOT, mkdocs_build, pace
-
-sys.path.insert(0, str(ROOT / "hooks"))
-import labrunner  # noqa: E402
+from site_tests.conftest import ARCHIVES_HOOK, ROOT, labrunner, mkdocs_build, pace
 
 EXERCISES = ROOT / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
@@ -104,8 +104,9 @@ def still_running(pgid):
 
 
 @pytest.fixture(scope="module")
-def solutions(tmp_path_factory):
-    return grade(tmp_path_factory.mktemp("solutions"), EXERCISES, "--solutions")
+def solutions(lab_record):
+    """The build's grading run (`grade.py --solutions`); a non-zero exit fails it here."""
+    return lab_record("exercises")
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +135,17 @@ def test_there_are_nine_exercises_each_with_tests_solution_and_page():
 
 
 def test_every_solution_passes(solutions):
-    rows, returncode, output = solutions
+    rows = {row["exercise"]: row for row in solutions["result"]["rows"]}
     assert sorted(rows) == list(NUMBERS)
     for number, row in rows.items():
         assert row["solved"], f"exercise {number}'s solution fails: {row['first_failure']}"
-    assert returncode == 0 and "9 of 9 solved" in output
+    assert "9 of 9 solved" in solutions["stdout"]
+    assert "Traceback" not in solutions["stderr"], solutions["stderr"]
+    assert solutions["left_processes"] == [], "the grader left processes behind"
+    assert solutions["left_files"] == [], f"the grader left {solutions['left_files']} in TMPDIR"
 
 
+@pytest.mark.teeth  # a starter is a solution left unfinished on purpose
 @pytest.mark.parametrize("number", [1, 2, 3, 5, 6, 9])
 def test_each_starter_fails_for_the_gap_it_leaves(starters, number):
     rows, returncode, _ = starters
@@ -149,6 +154,7 @@ def test_each_starter_fails_for_the_gap_it_leaves(starters, number):
     assert f"NotImplementedError: exercise {number}: " in row["first_failure"]
 
 
+@pytest.mark.teeth
 def test_starter_4_fails_for_its_own_gap_once_exercise_3_is_solved(starter_4_on_solution_3):
     rows, returncode, _ = starter_4_on_solution_3
     assert list(rows) == [4] and returncode == 1
@@ -171,17 +177,20 @@ def test_a_learner_file_that_holds_anything_is_graded_not_crashed_on(tmp_path):
         assert rows[number]["first_failure"], rows[number]
 
 
+@pytest.mark.teeth
 def test_the_grader_in_the_download_prints_the_scoreboard(starters):
     _, _, output = starters
     assert "0 of 9 solved" in output
     assert "rank 0 raised NotImplementedError: exercise 1: " in output
 
 
+@pytest.mark.teeth
 def test_starter_7_hangs_and_says_so(starters):
     rows, _, _ = starters
     assert "lost its peers in exercise 7's script" in rows[7]["first_failure"]
 
 
+@pytest.mark.teeth
 def test_starter_8_trains_alone_and_says_ddp_is_missing(starters):
     rows, _, _ = starters
     assert "rank 0 never wrapped its model in DistributedDataParallel" in rows[8]["first_failure"]

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from site_tests.conftest import ROOT, pace
+from site_tests.conftest import ROOT, labrunner, pace
 
 SINGLE, DDP_SCRIPT = ROOT / "code" / "train_single.py", ROOT / "code" / "train_ddp.py"
 TIMEOUT_S = 55
@@ -219,11 +219,6 @@ def test_the_scripts_differ_only_where_the_chapter_says(tmp_path):
 def test_the_build_runs_a_plain_script_as_a_reader_does(tmp_path, monkeypatch):
     """The single-device script's run (plain: true): `python SCRIPT`, no --json, its record
     holding stderr too, and what it saves in its current folder gone with the run."""
-    sys.path.insert(0, str(ROOT / "hooks"))
-    try:
-        import labrunner
-    finally:
-        sys.path.remove(str(ROOT / "hooks"))
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "provenance.py").write_text((ROOT / "code" / "provenance.py").read_text())
     script = "import sys\nprint('out')\nprint('err', file=sys.stderr)\nopen('first_job.pt', 'w')\n"
@@ -236,6 +231,7 @@ def test_the_build_runs_a_plain_script_as_a_reader_does(tmp_path, monkeypatch):
     record = labrunner.execute(plain)
     assert sorted(record["stdout"].split()) == ["err", "out"] and "env" in record["result"]
     assert not (tmp_path / "first_job.pt").exists(), "the run wrote into the repository"
+    assert record["left_files"] == ["first_job.pt"]  # its current folder was its TMPDIR
     torchrun_run = labrunner.LabRun("demo", {"script": "run.py", "torchrun": "2"}, tmp_path)
     assert "OMP_NUM_THREADS" not in labrunner.lab_environment(torchrun_run, "tmp")
     assert labrunner.lab_environment(plain, "tmp")["OMP_NUM_THREADS"] == "4"

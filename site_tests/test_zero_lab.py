@@ -1,6 +1,8 @@
 """ZeRO-1 beside DDP, and one FSDP2 step (code/zero_lab.py): the claims its report makes.
 
-The script runs once, as a reader starts it (2 and 4 gloo ranks), and the tests read its JSON:
+The script runs once, as the build runs it for chapter 8 (2 and 4 gloo ranks; conftest.py's
+lab_record, so that under `nox -s tests` the page and the tests share it), and the tests read
+its JSON:
 the state each rank keeps, the parameters of both methods, the collectives of each step, the
 shards of fully_shard. The last tests break a claim on purpose and expect the lab's own check
 to refuse it, and try the collective counter and the argument check in this process.
@@ -8,7 +10,6 @@ to refuse it, and try the collective counter and the argument check in this proc
 
 import copy
 import importlib
-import json
 import os
 import re
 import subprocess
@@ -27,17 +28,9 @@ def lab():
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zero") / "zero.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=pace.limit(90),
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout, json.loads(out.read_text())
+def run(lab_record):
+    record = lab_record("zero")
+    return record["stdout"], record["result"]
 
 
 def test_each_zero_rank_keeps_less_and_the_shards_add_up_to_adams_state(run):
