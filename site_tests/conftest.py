@@ -51,6 +51,12 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+def declared():
+    """mkdocs.yml's `extra`, every value a string as the hooks read it: the lab runs (`lab_runs`)
+    and the downloads (`archives`)."""
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]
+
+
 def mkdocs_build(config, site_dir, cache_dir, timeout=BUILD_TIMEOUT):
     """`mkdocs build --strict` of `config` into `site_dir`, with labs cached in `cache_dir`.
 
@@ -171,8 +177,7 @@ def lab_cache(tmp_path_factory):
 def lab_record(lab_cache):
     """lab_record(NAME): the record of mkdocs.yml's lab run NAME, exactly as the build runs it,
     from this session's lab cache (run now if no one has yet)."""
-    declared = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
-    runs = declared["extra"]["lab_runs"]
+    runs = declared()["lab_runs"]
 
     def record(name):
         return labrunner.load_record(labrunner.LabRun(name, runs[name], ROOT), lab_cache)
@@ -200,7 +205,7 @@ def exercises_download(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("archives_under_test", ARCHIVES_HOOK)
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
-    extra = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]
+    extra = declared()
     archive = hook.Archive("exercises", extra["archives"]["exercises"], ROOT, extra["lab_runs"])
     folder = tmp_path_factory.mktemp("download")
     with zipfile.ZipFile(io.BytesIO(archive.data)) as opened:

@@ -26,7 +26,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,10 +34,11 @@ import time
 import pytest
 import yaml
 
-from site_tests.conftest import ARCHIVES_HOOK, ROOT, labrunner, mkdocs_build, pace
+from site_tests.conftest import ARCHIVES_HOOK, ROOT, declared, labrunner, mkdocs_build, pace
 
 EXERCISES = ROOT / "exercises"
 SOLUTIONS = EXERCISES / "solutions"
+TORCH_OWN = labrunner.TORCH_OWN  # what torch keeps in TMPDIR, not the grader's
 PAGES = EXERCISES / "pages"
 NUMBERS = range(1, 10)
 # Exercise 8 alone starts three torchrun jobs, with a restart in two: a minute or more.
@@ -82,25 +82,13 @@ def grade(tmp_path, folder, *args):
     try:
         output, _ = proc.communicate(timeout=pace.limit(RUN_TIMEOUT_S))
     finally:
-        leftovers = still_running(proc.pid)
-        if proc.poll() is None or leftovers:
-            os.killpg(proc.pid, signal.SIGKILL)
+        leftovers = labrunner.kill_leftovers(proc.pid)  # the grader too, if it ran out of time
     assert not leftovers, f"the grader left processes behind:\n{output}"
-    # torch keeps one cache folder per user in the temp dir (torchinductor_USER), made when
-    # DDP first imports torch._dynamo; it is torch's, shared by every run, not a leftover.
-    left = [path.name for path in scratch.iterdir() if not path.name.startswith("torchinductor_")]
+    left = [path.name for path in scratch.iterdir() if not path.name.startswith(TORCH_OWN)]
     assert not left, f"the grader left {left} in TMPDIR"
     assert "Traceback" not in output, output
     rows = json.loads(result.read_text())["rows"]
     return {row["exercise"]: row for row in rows}, proc.returncode, output
-
-
-def still_running(pgid):
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -493,10 +481,6 @@ def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
 # ---------------------------------------------------------------------------------------------
 # The build's grading run reruns when any exercise file changes
 # ---------------------------------------------------------------------------------------------
-def declared():
-    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["extra"]
-
-
 def exercises_run_spec():
     return dict(declared()["lab_runs"]["exercises"])
 

@@ -21,9 +21,8 @@ import sys
 import textwrap
 
 import pytest
-import yaml
 
-from site_tests.conftest import ROOT, labrunner, pace
+from site_tests.conftest import ROOT, declared, labrunner, pace
 
 FAILURES = ROOT / "code" / "failures"
 PAGE = ROOT / "docs" / "failures.md"
@@ -71,8 +70,7 @@ def runs(lab_record):
 
 def gallery_runs():
     """{run name: spec}: mkdocs.yml's lab runs of the gallery's scripts."""
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
-    runs = config["extra"]["lab_runs"]
+    runs = declared()["lab_runs"]
     return {
         name: spec for name, spec in runs.items() if spec["script"].startswith("code/failures/")
     }
