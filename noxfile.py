@@ -283,26 +283,52 @@ def exercises(session):
     session.run(python, "exercises/grade.py", *session.posargs, external=True)
 
 
-# A CPU hog, pinned to one core: it spins until killed (or until nox dies: die_with_nox).
+# A CPU hog, pinned to one core: of every tenth of a second it spins the share it is given
+# and sleeps the rest, until killed (or until nox dies: die_with_nox).
 HOG = """
-import os, sys
+import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
+duty = float(sys.argv[2])
 while True:
-    pass
+    end = time.monotonic() + 0.1 * duty
+    while time.monotonic() < end:
+        pass
+    if duty < 1:
+        time.sleep(0.1 * (1 - duty))
 """
+
+
+def hog_duties(cores_busy, cores):
+    """{core: share of it to keep busy} for `cores_busy` cores' worth of load, whole cores
+    first: 1.5 on two cores is one core spinning and the other spinning half the time."""
+    if not 0 < cores_busy < len(cores):
+        raise ValueError(f"--cores must be above 0 and below {len(cores)}, not {cores_busy}")
+    whole, part = int(cores_busy), cores_busy % 1
+    duties = {core: 1.0 for core in cores[:whole]}
+    if part:
+        duties[cores[whole]] = part
+    return duties
 
 
 @nox.session(name="half-busy", default=False)
 def half_busy(session):
-    """Run a command with half the machine's cores kept busy: `-- bash .ci/run` by default."""
-    cores = sorted(os.sched_getaffinity(0))
+    """Run a command with half the machine's cores kept busy: `-- bash .ci/run` by default.
+
+    `-- --cores 1.5 bash .ci/run` takes one and a half cores instead (one hog spinning, one
+    spinning half the time), the heavier load the suite must also pass under.
+    """
+    cores, args = sorted(os.sched_getaffinity(0)), list(session.posargs)
+    cores_busy = len(cores) / 2
+    if args[:1] == ["--cores"]:
+        cores_busy, args = float(args[1]), args[2:]
+    duties = hog_duties(cores_busy, cores)
     hogs = [
-        subprocess.Popen([sys.executable, "-c", HOG, str(core)], preexec_fn=die_with_nox)
-        for core in cores[: len(cores) // 2]
+        subprocess.Popen([sys.executable, "-c", HOG, str(core), str(duty)], preexec_fn=die_with_nox)
+        for core, duty in duties.items()
     ]
-    session.log(f"{len(hogs)} of {len(cores)} cores busy")
+    session.log(f"{cores_busy:g} of {len(cores)} cores busy ({duties})")
     try:
-        session.run(*(session.posargs or ["bash", ".ci/run"]), external=True)
+        session.run(*(args or ["bash", ".ci/run"]), external=True)
     finally:
         for hog in hogs:
             hog.kill()

@@ -212,8 +212,9 @@ class Job:
 
     def wait(self, grace_s=10):
         """Exit status per node. Once one agent has failed, the others get `grace_s`
-        to notice before they are stopped (SIGTERM: torchrun then stops its workers)."""
-        failed_at = None
+        (at pace's reference) to notice before they are stopped (SIGTERM: torchrun then
+        stops its workers)."""
+        grace_s, failed_at = pace.limit(grace_s), None
         while any(agent.poll() is None for agent in self.agents.values()):
             codes = [agent.returncode for agent in self.agents.values()]
             if failed_at is None and any(code not in (None, 0) for code in codes):
@@ -306,9 +307,11 @@ def open_store_then_train(job, args):
     """Node 0 waits for node 1; meanwhile the outsider visits, then is shut out."""
     node0_addr = job.cluster.hosts["node0"]
     outsider_hosts = job.cluster.hosts_file(job.tmp, "outsider")
+    wait_s = str(round(pace.limit(20)))
     outsider = job.cluster.start(
         "outsider",
-        [sys.executable, str(OUTSIDER), node0_addr, str(RDZV_PORT), job.id],
+        # it may wait for node 0's agent, which imports torch first: paced like our limits
+        [sys.executable, str(OUTSIDER), node0_addr, str(RDZV_PORT), job.id, wait_s],
         {"PYTHONUNBUFFERED": "1"},
         outsider_hosts,
         subprocess.PIPE,

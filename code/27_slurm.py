@@ -24,15 +24,17 @@ Before them, one interactive srun with two tasks per node shows what
 --ntasks-per-node does to a launcher line: its command runs once per task.
 
 The first two run side by side; the requeue job waits for the torchrun job
-(--dependency), since both want port 29400 on the head node. All three must end with
+(--dependency), since both want port 29400 on the head node. The torchrun job is
+submitted held (--hold) and released (scontrol release) once the requeue job has been
+seen waiting for it, so that the wait shows on a machine of any speed. All three must end with
 the parameters of the one-process reference, the requeued one bit-identical to the
 torchrun job's. A watcher records each job's state as it changes.
 
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
 process in the run's namespaces and removes the temporary directory, key included.
 
---json PATH writes: cluster, slurm_conf, ntasks, jobs {torchrun, srun, requeue}, states,
-reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
+--json PATH writes: cluster, slurm_conf, ntasks, jobs {torchrun, srun, requeue}, release,
+squeue, states, reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
 """
 
 import datetime
@@ -286,15 +288,18 @@ def wait_for(ready, what, seconds=10):
 
 
 class StateWatcher(threading.Thread):
-    """Every change of every job's state, with the time it was seen (polled 10x a second,
-    so a state shorter than 0.1 s may pass unseen)."""
+    """Every change of every job's state, with the time it was seen and the number of the
+    look that saw it (ten looks a second, so a state shorter than 0.1 s may pass unseen;
+    changes that one look saw share its number, whatever order Slurm listed the jobs in)."""
 
     def __init__(self, slurm):
         super().__init__(daemon=True)
         self.slurm, self.changes, self.last, self.done = slurm, [], {}, False
 
     def run(self):
+        look = 0
         while not self.done:
+            look += 1
             out = self.slurm.run("scontrol", "show", "job", "-o", check=False)
             for line in out.splitlines():
                 fields = dict(re.findall(r"([^\s=]+)=(\S*)", line))
@@ -302,20 +307,26 @@ class StateWatcher(threading.Thread):
                     continue
                 seen = (fields["JobState"], fields["Reason"], fields["Restarts"])
                 if self.last.get(fields["JobId"]) != seen:
-                    self.last[fields["JobId"]] = seen
                     self.changes.append(
                         {
                             "t": time.time(),
+                            "look": look,
                             "job": fields["JobId"],
                             "state": seen[0],
                             "reason": seen[1],
                             "restarts": int(seen[2]),
                         }
                     )
+                    # after the change is written down: what the lab does on seeing a
+                    # state then comes later in the timeline
+                    self.last[fields["JobId"]] = seen
             time.sleep(0.1)
 
     def state(self, job_id):
         return self.last.get(job_id, ("UNKNOWN",))[0]
+
+    def reason(self, job_id):
+        return self.last.get(job_id, ("UNKNOWN", ""))[1]
 
     def note(self, job_id, what):
         """Something the lab did to a job, in the same timeline as its states."""
@@ -527,7 +538,10 @@ def run(args, tmp, run_prefix):
     watcher.start()
     steps = f"--steps={args.steps}"
     crash = [steps, f"--crash-at-step={args.crash_at_step}", "--crash-rank=3"]
-    submitted = {"torchrun": ([], [steps]), "srun": ([], [steps])}
+    # The torchrun job is submitted held, so that the job which depends on it is seen
+    # waiting for it on any machine: Slurm may first list a new job as waiting for
+    # Resources, and only names the Dependency when its scheduler next looks at the job.
+    submitted = {"torchrun": (["--hold"], [steps]), "srun": ([], [steps])}
     ids = {}
     for name, (options, script_args) in submitted.items():
         ids[name] = slurm.sbatch(SCRIPTS[name], options, script_args)
@@ -535,7 +549,16 @@ def run(args, tmp, run_prefix):
     submitted["requeue"] = ([f"--dependency=afterany:{ids['torchrun']}"], crash)
     ids["requeue"] = slurm.sbatch(SCRIPTS["torchrun"], *submitted["requeue"])
     progress(f"submitted {ids}")
-    wait_for(lambda: watcher.state(ids["srun"]) == "RUNNING", "the srun job to run", 60)
+    wait_for(
+        lambda: watcher.reason(ids["requeue"]) == "Dependency",
+        "the requeue job to wait for its dependency",
+        60,
+    )
+    release = ["scontrol", "release", ids["torchrun"]]
+    slurm.run(*release)
+    watcher.note(ids["torchrun"], " ".join(release))
+    for name in ("srun", "torchrun"):
+        wait_for(lambda n=name: watcher.state(ids[n]) == "RUNNING", f"the {name} job to run", 60)
     squeue = slurm.run("squeue")
     buffering = buffering_trap(slurm, watcher)
     hold = requeue_failed(slurm, watcher, ids["requeue"])
@@ -570,6 +593,7 @@ def run(args, tmp, run_prefix):
         "slurm_conf": slurm.conf.read_text().replace(str(tmp), "$TMP"),
         "sinfo": sinfo,
         "ntasks": ntasks,
+        "release": " ".join(release),
         "squeue": squeue,
         "buffering": buffering,
         "steps": args.steps,
@@ -633,6 +657,7 @@ def report(r):
         print(command_lines(job["sbatch"]))
         print(f"  Submitted batch job {job['id']}")
     print("== squeue ==")
+    print(f"ctl$ {r['release']}   # once job {jobs['requeue']['id']} is seen waiting for it")
     print("ctl$ squeue   # while the first two jobs run")
     print(textwrap.indent(r["squeue"].rstrip(), "  "))
     for name in ("torchrun", "srun"):

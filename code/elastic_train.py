@@ -156,6 +156,13 @@ def checkpoints(ckpt_dir):
     return sorted(ckpt_dir.glob("step-*.pt"))
 
 
+def wait_for_file(path, seconds):
+    """Until `path` exists (a checkpoint's name appears only once it is complete)."""
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def agreed_resume_step(ckpt_dir, rank):
     """The step of rank 0's newest checkpoint (0: none), the same on every rank.
 
@@ -285,6 +292,10 @@ def train(args):
             step += 1
             # Only a fresh start crashes: the restarted attempt resumes past this step.
             if step == args.crash_at_step and rank == args.crash_rank and resume_step == 0:
+                # A crash right after a save: this rank may get here while rank 0 still
+                # writes the previous step, and the restart would then go back one more.
+                if step > 1:
+                    wait_for_file(checkpoint_path(ckpt_dir, step - 1), args.timeout)
                 report("crash", step=step)
                 os._exit(1)  # a hard crash: no exception handler, no `finally`
             train_step(model, optimizer, scheduler, scaler, *dataset[indices])

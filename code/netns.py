@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import pace
+
 STARTED = time.monotonic()  # when the lab started: it imports this module at its top
 
 
@@ -35,30 +37,53 @@ def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=10)
 
 
-# The one teardown. $1: the run's prefix, $2: its temp dir. It first waits for EOF.
-# A daemon may fork while it is being killed (slurmd starting a job step), so each
-# namespace is emptied until no process is left in it, then deleted.
+# The one teardown. $1: the run's prefix, $2: its temp dir, $3: how many seconds it may
+# take. It first waits for EOF. A daemon may fork while it is being killed (slurmd
+# starting a job step), and a killed process stays in its namespace until it has freed
+# its memory, which takes longer on a busy machine: so each namespace is emptied until
+# no process is left in it, then deleted. A process that outlives the limit is named.
 TEARDOWN = r"""
 cat >/dev/null
+end=$(( $(date +%s) + $3 ))
 for ns in $(ip netns list | cut -d' ' -f1 | grep "^$1-"); do
-  for attempt in 1 2 3 4 5 6 7 8 9 10; do
-    pids=$(ip netns pids "$ns")
-    [ -z "$pids" ] && break
-    echo "$pids" | xargs -r kill -9
-    sleep 0.1
+  while pids=$(ip netns pids "$ns") && [ -n "$pids" ]; do
+    if [ "$(date +%s)" -ge "$end" ]; then
+      echo "teardown: still in $ns after $3 s:" $pids >&2
+      break
+    fi
+    echo "$pids" | xargs -r kill -9 2>/dev/null
+    sleep 0.05
   done
   ip netns del "$ns"
 done
 rm -rf "$2"
 """
+TEARDOWN_S = 10  # seconds, at pace's reference: killed daemons and ranks take well under 1
+
+
+def teardown_command(run_prefix, tmp):
+    limit = round(pace.limit(TEARDOWN_S))
+    return ["sh", "-c", TEARDOWN, "teardown", run_prefix, str(tmp), str(limit)]
 
 
 def start_guardian(run_prefix, tmp):
     return subprocess.Popen(
-        ["sh", "-c", TEARDOWN, "teardown", run_prefix, str(tmp)],
+        teardown_command(run_prefix, tmp),
         stdin=subprocess.PIPE,
         start_new_session=True,  # outside our process group: a killpg of us spares it
     )
+
+
+def reap_children():
+    """Collect every child of ours that has exited: a daemon the guardian killed stays a
+    zombie, still listed by its name, until the process that started it collects it."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def sweep_leftovers(prefix):
@@ -75,10 +100,7 @@ def sweep_leftovers(prefix):
         if found and not pathlib.Path(f"/proc/{found[2]}").exists():
             shutil.rmtree(path, ignore_errors=True)
     for run_prefix in sorted(stale):
-        subprocess.run(
-            ["sh", "-c", TEARDOWN, "teardown", run_prefix, ""],
-            stdin=subprocess.DEVNULL,
-        )
+        subprocess.run(teardown_command(run_prefix, ""), stdin=subprocess.DEVNULL)
 
 
 class Stopped(Exception):
@@ -116,7 +138,8 @@ def run_guarded(prefix, deadline, run):
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
         guardian.stdin.close()  # the guardian tears down now
-        guardian.wait(timeout=30)
+        guardian.wait(timeout=pace.limit(2 * TEARDOWN_S))
+        reap_children()  # nothing of the run is left when we return
 
 
 class Cluster:

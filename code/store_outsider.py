@@ -1,10 +1,11 @@
 """A process that is no part of the job, reading and writing a torchrun job's store.
 
-    python code/store_outsider.py HOST PORT RUN_ID
+    python code/store_outsider.py HOST PORT RUN_ID [WAIT_S]
 
 It connects as a plain TCPStore client (there is no password to give), reads the c10d
 rendezvous state, lists every key and writes one of its own. Then it waits for a line on
-stdin and tries to connect again, which a firewall rule on HOST should now refuse.
+stdin and tries to connect again, which a firewall rule on HOST should now refuse. The
+first visit waits up to WAIT_S seconds (default 20) for the agent to open its store.
 code/26_two_nodes.py runs it from a third network namespace; it prints one `@@` JSON
 line per attempt.
 """
@@ -59,7 +60,8 @@ def attempt(host, port, run_id, timeout_s):
 
 def main():
     host, port, run_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    attempt(host, port, run_id, timeout_s=20)  # the agent may still be starting
+    wait_s = float(sys.argv[4]) if len(sys.argv) > 4 else 20
+    attempt(host, port, run_id, timeout_s=wait_s)  # the agent may still be starting
     sys.stdin.readline()  # the launcher has put up the firewall rule
     attempt(host, port, run_id, timeout_s=3)
 

@@ -294,14 +294,14 @@ def lab_environment(run, scratch):
 def kill_leftovers(session, grace=5.0):
     """A lab that exits must not leave ranks behind; if it did, end them and return their pids.
 
-    Then wait, at most `grace` seconds, until none is left, so that no dying rank still writes
-    into the directory that is removed next.
+    Then wait, at most `grace` seconds at pace's reference, until none is left, so that no
+    dying rank still writes into the directory that is removed next.
     """
     left = session_members(session)
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + pace().limit(grace)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(session, signal.SIGKILL)
         while time.monotonic() < deadline:

@@ -104,7 +104,7 @@ def test_bad_input_is_one_line_and_status_2(args, message, torch_refuses):
     env["PYTHONPATH"] = str(torch_refuses)
     started = time.monotonic()
     assert message in one_line_error(args, env)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < pace.limit(5)  # an import of torch would take seconds
 
 
 def test_no_cuda_is_one_line_and_status_2():

@@ -7,6 +7,7 @@ with `python grade.py`).
 """
 
 import ast
+import os
 import re
 import sys
 import zipfile
@@ -78,12 +79,21 @@ def test_the_marker_becomes_a_link_with_the_count_and_size(tmp_path):
     assert "archive:demo" not in page
 
 
+def date_files(folder, seconds):
+    """Give every file under `folder` the modification time `seconds` (since the epoch)."""
+    for path in folder.rglob("*"):
+        os.utime(path, (seconds, seconds))
+
+
 def test_the_same_files_make_the_same_bytes(tmp_path):
-    first, second = tmp_path / "one", tmp_path / "two"
+    """Two copies of the project, written a day apart: a zip stores times in 2 s steps, and two
+    copies written in one step would agree even if the hook kept each file's time."""
     zips = []
-    for folder in (first, second):
+    for day, folder in enumerate((tmp_path / "one", tmp_path / "two")):
         folder.mkdir()
-        proc, site = build(scratch_site(folder, DEMO))
+        config = scratch_site(folder, DEMO)
+        date_files(folder / "project", 1_000_000_000 + day * 86_400)
+        proc, site = build(config)
         assert proc.returncode == 0, proc.stderr
         zips.append((site / "downloads" / "demo.zip").read_bytes())
     assert zips[0] == zips[1]

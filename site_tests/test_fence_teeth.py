@@ -19,11 +19,12 @@ import sys
 import pytest
 
 from hooks.fencerunner import WARNINGS_AS_ERRORS
+from site_tests.conftest import pace
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "docs" / "chapters").glob("*.md"))
-# One process runs every original and mutant (about 60 fences): seconds on an idle machine,
-# but several times that when the machine is shared, so the bound is generous.
+# One process runs every original and mutant (about 60 fences): seconds at pace's reference
+# machine, so the bound is generous; pace stretches it on a slower or shared one.
 TIMEOUT_S = 300
 
 # A top-level titled python fence: ```python title="..."  ...  ```
@@ -224,7 +225,9 @@ def runs(tmp_path_factory):
         str(jobs_file),
         str(results_file),
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=pace.limit(TIMEOUT_S)
+    )
     assert done.returncode == 0, f"runner failed:\n{done.stdout}\n{done.stderr}"
     grouped = {}
     for result in json.loads(results_file.read_text()):

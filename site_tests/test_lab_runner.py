@@ -5,20 +5,23 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 from site_tests.conftest import ROOT, labrunner, pace
 
-# A lab that notes each start in RUNS_LOG, then holds for HOLD_S seconds, so that a second
-# process asking for its record arrives while it runs.
+# A lab that notes each start in RUNS_LOG, then holds until the file RELEASE exists (HOLD_S at
+# most, so that a failed test leaves nothing behind): the test, not a clock, says when it ends.
 COUNTED = """
 import json, os, sys, time
 with open(os.environ["RUNS_LOG"], "a") as log:
     log.write(f"{os.getpid()}\\n")
-time.sleep(float(os.environ["HOLD_S"]))
+deadline = time.monotonic() + float(os.environ["HOLD_S"])
+while not os.path.exists(os.environ["RELEASE"]) and time.monotonic() < deadline:
+    time.sleep(0.01)
 with open(sys.argv[sys.argv.index("--json") + 1], "w") as out:
     json.dump({"pid": os.getpid()}, out)
 """
-# What a second process runs: the record of the same run, from the same cache.
+# What each asking process runs: the record of the same run, from the same cache.
 ASK = """
 import pathlib, sys
 import labrunner
@@ -28,28 +31,78 @@ print(labrunner.load_record(run, pathlib.Path(sys.argv[2]))["result"]["pid"])
 
 
 def test_processes_sharing_a_cache_run_a_lab_once(tmp_path):
+    """The second asker comes while the first one's run is under way, every time: the lab holds
+    until the second is seen waiting for the lock (or starting a run of its own, the bug this
+    test is for), and only then is let go. Both must answer with the one run's record."""
     (tmp_path / "lab.py").write_text(COUNTED)
-    runs_log, cache = tmp_path / "runs.log", tmp_path / "cache"
+    runs_log, cache, release = tmp_path / "runs.log", tmp_path / "cache", tmp_path / "release"
     env = dict(
         os.environ,
         PYTHONPATH=str(ROOT / "hooks"),
         RUNS_LOG=str(runs_log),
-        HOLD_S=str(pace.limit(1)),
+        RELEASE=str(release),
+        HOLD_S=str(pace.limit(120)),
     )
-    askers = [
-        subprocess.Popen(
-            [sys.executable, "-c", ASK, str(tmp_path), str(cache)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for _ in range(2)
-    ]
+    askers = []
+
+    def first_has_started():
+        return starts(runs_log) or askers[0].poll() is not None
+
+    def second_has_come():  # the first run holds the lock: it waits, unless the lock fails
+        waiting = blocked_on_a_lock(askers[1].pid, cache)
+        return waiting or len(starts(runs_log)) > 1 or askers[1].poll() is not None
+
+    try:
+        askers.append(ask(tmp_path, cache, env))
+        wait_for(first_has_started, "the first run")
+        askers.append(ask(tmp_path, cache, env))
+        wait_for(second_has_come, "the second asker to wait for the lock")
+    finally:
+        release.touch()  # whatever happened: the held lab may end now
     answers = [asker.communicate(timeout=pace.limit(30)) for asker in askers]
     assert [asker.returncode for asker in askers] == [0, 0], answers
-    (ran,) = runs_log.read_text().split()  # one start, however the two met
-    assert [out.strip() for out, _ in answers] == [ran, ran]
+    ran = starts(runs_log)  # one start, though the second asked while it ran
+    assert len(ran) == 1, f"two askers of one cache started the lab {len(ran)} times"
+    assert [out.strip() for out, _ in answers] == ran * 2
+
+
+def ask(folder, cache, env):
+    """A process that asks for the record of folder/lab.py's run from `cache`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", ASK, str(folder), str(cache)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def starts(runs_log):
+    """The pids of the lab's starts so far."""
+    return runs_log.read_text().split() if runs_log.exists() else []
+
+
+def blocked_on_a_lock(pid, cache):
+    """Whether process `pid` waits for a lock held on a lab's lock file in `cache`."""
+    inodes = {path.stat().st_ino for path in cache.glob("*/.lock")}
+    return any(waiter == (pid, inode) for waiter in lock_waiters() for inode in inodes)
+
+
+def lock_waiters():
+    """(pid, inode) of every process waiting for a file lock: Linux's /proc/locks lists each
+    waiter after "->", with its pid and the file's device:inode."""
+    for line in pathlib.Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 6 and fields[1] == "->":
+            yield int(fields[5]), int(fields[6].rsplit(":", 1)[-1])
+
+
+def wait_for(condition, what, seconds=30):
+    """Poll `condition` until it holds; fail after `seconds` (at this machine's pace)."""
+    deadline = time.monotonic() + pace.limit(seconds)
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {pace.limit(seconds):.0f} s for {what}"
+        time.sleep(0.01)
 
 
 # A lab that leaves a process running, a file in its TMPDIR and torch's own cache folder.

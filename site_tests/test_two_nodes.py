@@ -45,20 +45,35 @@ def lab(*args, env=None, timeout=RUN_TIMEOUT):
     )
 
 
+def lab_processes(pid):
+    """(pid, argv) of every process whose command line names the run with launcher `pid`."""
+    prefix = f"ddp2n-{pid}-"
+    found = []
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(prefix in word for word in argv) and int(proc.name) != os.getpid():
+            found.append((proc.name, [word for word in argv if word]))
+    return found
+
+
 def leftovers(pid):
     """Everything a run with launcher `pid` could leave: namespaces, processes, temp dirs."""
     prefix = f"ddp2n-{pid}-"
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found = [line.split()[0] for line in names.splitlines() if line.startswith(prefix)]
-    for proc in pathlib.Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if prefix in cmdline and int(proc.name) != os.getpid():
-            found.append(f"process {proc.name}: {cmdline[:120]}")
+    found += [f"process {p}: {' '.join(argv)[:120]}" for p, argv in lab_processes(pid)]
     found += [str(p) for p in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*")]
     return found
+
+
+def is_worker(argv):
+    """A worker that an agent started: Python running the trainer. An agent's command line
+    names the trainer too, after torchrun, and so does the wrapper that starts the agent."""
+    names_trainer = any(word.endswith(TRAINER.name) for word in argv)
+    return names_trainer and not any(word.endswith("torchrun") for word in argv)
 
 
 def our_links():
@@ -188,7 +203,34 @@ def test_restart_resumes_from_the_checkpoint_bit_identical(run):
     assert restart["params"] == r["parts"]["train"]["params"]
     times = [row["t_s"] for row in restart["timeline"]]
     assert times == sorted(times) and restart["crash_to_resumed_s"] > 0
+    assert_timeline_follows_causes(restart["timeline"])
     assert "+ 0.00 s  node1  rank 3 crashes at step 4" in run["stdout"]
+
+
+def timeline_kind(what):
+    """What a row of the restart timeline tells: the crash, an agent's decision to restart,
+    a node's workers starting again, or a step of the resumed run."""
+    if what.startswith("agent: "):
+        return "agent"
+    if what.startswith("workers start again"):
+        return "workers"
+    if what.startswith("rank "):
+        return "crash"
+    return "step" if re.fullmatch(r"step \d+ done", what) else what
+
+
+def assert_timeline_follows_causes(timeline):
+    """The rows in the order that every run has them: the crash first; on each node, its
+    agent's one decision to restart before its workers start again; last, a step of the
+    resumed run, which needs every restarted rank. The two nodes' rows are not compared with
+    each other: node 0's workers may fail on the dead peer, and its agent act (counting a
+    failure), before node 1's agent has looked."""
+    kinds = [timeline_kind(row["what"]) for row in timeline]
+    assert kinds[0] == "crash" and kinds[-1] == "step", timeline
+    for node in ("node0", "node1"):
+        mine = [timeline_kind(row["what"]) for row in timeline if row["node"] == node]
+        assert mine.count("agent") == 1 and mine.count("workers") == 1, (node, timeline)
+        assert mine.index("agent") < mine.index("workers"), (node, timeline)
 
 
 def test_interface_trap_fails_on_the_loopback_address(run):
@@ -256,8 +298,13 @@ def test_hung_rendezvous_ends_at_its_timeout():
     assert wait_until_clean(proc.pid) == []
 
 
-def start_and_wait_for_agents(seconds=60):
-    """Start the lab and return it once its agents are running inside the namespaces."""
+def start_and_wait_for_workers(seconds=60):
+    """Start the lab and return it once workers run inside the namespaces: a job's agents met
+    in their rendezvous and started them, so that a kill finds agents and workers alive.
+
+    A condition, not a pause: how long the agents take to get there depends on the machine's
+    load, and a fixed sleep after the first agent appeared promised nothing.
+    """
     proc = subprocess.Popen(
         [sys.executable, str(LAB)],
         stdout=subprocess.DEVNULL,
@@ -265,22 +312,25 @@ def start_and_wait_for_agents(seconds=60):
         cwd=ROOT,
     )
     deadline = time.monotonic() + pace.limit(seconds)
-    while time.monotonic() < deadline:
-        if any("process" in item and "torchrun" in item for item in leftovers(proc.pid)):
-            time.sleep(2)  # let the agents get into their rendezvous
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(is_worker(argv) for _, argv in lab_processes(proc.pid)):
             return proc
         time.sleep(0.2)
+    why = "in time" if proc.poll() is None else f"before the lab ended ({proc.returncode})"
     proc.kill()
-    pytest.fail("the lab's agents never started")
+    proc.wait(timeout=pace.limit(30))
+    pytest.fail(f"the lab's workers never started {why}")
 
 
 @needs_root
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_kill_mid_run_leaves_nothing(signum):
     before = our_links()
-    proc = start_and_wait_for_agents()
+    proc = start_and_wait_for_workers()
     assert leftovers(proc.pid), "nothing was running to kill"
     os.kill(proc.pid, signum)
     proc.wait(timeout=pace.limit(30))
+    # Killed mid-run, the lab cannot succeed (SIGTERM: it stops with status 1; SIGKILL: -9).
+    assert proc.returncode != 0, "the run had ended before the kill"
     assert wait_until_clean(proc.pid) == []
     assert our_links() == before
