@@ -9,10 +9,14 @@ every veth pair are born there, so the machine's own interfaces never change.
 Teardown lives in one place, a small shell process started first in a session of its
 own (the guardian). It waits for the lab to end (its stdin closes however the lab ends,
 SIGKILL included), then kills every process in the run's namespaces, deletes them, and
-removes the run's temporary directory. A run whose guardian was killed too is swept by
-the next run of the same lab. Both labs report where they are with progress().
+removes the run's temporary directory; the lab, which has adopted its descendants'
+orphans, then collects them, so that nothing of the run is left when it returns. A run
+whose guardian was killed too is swept by the next run of the same lab. Both labs report
+where they are with progress().
 """
 
+import contextlib
+import ctypes
 import os
 import pathlib
 import re
@@ -25,6 +29,7 @@ import time
 
 import pace
 
+PR_SET_CHILD_SUBREAPER = 36  # prctl option, from <linux/prctl.h>
 STARTED = time.monotonic()  # when the lab started: it imports this module at its top
 
 
@@ -74,16 +79,40 @@ def start_guardian(run_prefix, tmp):
     )
 
 
-def reap_children():
-    """Collect every child of ours that has exited: a daemon the guardian killed stays a
-    zombie, still listed by its name, until the process that started it collects it."""
-    while True:
+def adopt_orphans():
+    """Make this process the one that inherits its descendants' orphans (a child subreaper),
+    instead of the machine's init: a job step whose slurmd was killed comes to us, so we can
+    collect it before we return."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def collect_children(seconds):
+    """End and collect every child of ours (daemons we started, orphans we adopted): a killed
+    process stays listed, by its name, until its parent collects it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for pid in children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return  # none left
         if pid == 0:
-            return
+            time.sleep(0.01)  # a child still dying
+
+
+def children():
+    """The pids of this process's children, from /proc/PID/stat (field 4: the parent)."""
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue  # it ended while we looked
+        if parent == os.getpid():
+            found.append(int(stat.parent.name))
+    return found
 
 
 def sweep_leftovers(prefix):
@@ -119,6 +148,7 @@ def run_guarded(prefix, deadline, run):
     Stopped, saying which ("stopped after N s" for the deadline).
     """
     sweep_leftovers(prefix)
+    adopt_orphans()
     run_prefix = f"{prefix}-{os.getpid()}"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{run_prefix}-"))
     guardian = start_guardian(run_prefix, tmp)
@@ -139,7 +169,7 @@ def run_guarded(prefix, deadline, run):
             signal.signal(signum, signal.SIG_IGN)  # let the teardown finish
         guardian.stdin.close()  # the guardian tears down now
         guardian.wait(timeout=pace.limit(2 * TEARDOWN_S))
-        reap_children()  # nothing of the run is left when we return
+        collect_children(pace.limit(TEARDOWN_S))  # nothing of the run is left when we return
 
 
 class Cluster:

@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from site_tests.adopter import run_adopting
 from site_tests.conftest import ROOT, pace
 
 LAB = ROOT / "code" / "27_slurm.py"
@@ -176,32 +177,26 @@ def run(tmp_path_factory):
             held.append(sock)
         except OSError:
             sock.close()  # someone else holds it: the point stands either way
-    try:
-        proc, inodes = run_watching_namespaces(out)  # its default deadline, as a reader runs it
+    inodes = set()
+
+    def note_namespaces(pid):  # a process left in one is found whatever its command line
+        inodes.update(namespace_inodes(pid).values())
+
+    try:  # its default deadline, as a reader runs it
+        code, pid, stdout, stderr, orphans = run_adopting(
+            [sys.executable, str(LAB), "--json", str(out)],
+            out,
+            ROOT,
+            pace.limit(RUN_TIMEOUT),
+            note_namespaces,
+        )
     finally:
         for sock in held:
             sock.close()
     # looked at the moment the lab returned: nothing of its cluster may still be going
-    left = leftovers(proc.pid, inodes)
-    stdout, stderr = (pathlib.Path(f"{out}.{name}").read_text() for name in ("out", "err"))
-    assert proc.returncode == 0, stdout + stderr[-4000:]
+    left = [*orphans, *leftovers(pid, inodes)]
+    assert code == 0, stdout + stderr[-4000:]
     return {"result": json.loads(out.read_text()), "stdout": stdout, "left_at_exit": left}
-
-
-def run_watching_namespaces(out):
-    """Run the lab as a reader does, noting its namespaces while it runs: a process left in
-    one after the lab returned is found even when its command line names nothing of ours."""
-    with open(f"{out}.out", "w") as stdout, open(f"{out}.err", "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, str(LAB), "--json", str(out)], stdout=stdout, stderr=stderr, cwd=ROOT
-        )
-    deadline, inodes = time.monotonic() + pace.limit(RUN_TIMEOUT), set()
-    while proc.poll() is None:
-        inodes |= set(namespace_inodes(proc.pid).values())
-        if time.monotonic() > deadline:
-            proc.kill()
-        time.sleep(0.5)
-    return proc, inodes
 
 
 def check_four_ranks(job):
