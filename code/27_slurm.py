@@ -360,15 +360,51 @@ def ranks(evs):
     return sorted(({k: e[k] for k in keys} for e in starts), key=lambda r: r["rank"])
 
 
-def shown_log(text, tmp):
-    """slurm-%j.out as a reader sees it, less the `@@` lines the lab reads and c10d's
-    warnings that it cannot look up a peer's name (the namespaces have no DNS server)."""
+def shown_log(text, tmp, completed):
+    """slurm-%j.out as a reader sees it, less the `@@` lines the lab reads, c10d's
+    warnings that it cannot look up a peer's name (the namespaces have no DNS server), and,
+    in a job that completed, a traceback printed as it ended (a torchrun agent may log one
+    when the agent that held the rendezvous store has already gone)."""
     lines = text.splitlines()
     dns = [ln for ln in lines if "hostname of the client socket cannot be retrieved" in ln]
     kept = [ln for ln in lines if "@@ {" not in ln and ln not in dns]
+    if completed:
+        kept, dropped = without_tracebacks(kept)
+        if dropped:
+            kept.append(
+                f"({dropped} lines left out: a traceback printed as the job ended; the job"
+                " still completed)"
+            )
     if dns:
         kept.append(f"({len(dns)} c10d warnings about reverse DNS left out)")
     return "\n".join(ln.replace(str(tmp), "$TMP") for ln in kept)
+
+
+def without_tracebacks(lines):
+    """`lines` less each Python traceback and the log line that announced it; and how many
+    lines that left out. A rank's traceback is the run of lines with its `[rankN]:` prefix;
+    an agent's runs from its header to the next line that starts as a launcher's or a
+    logger's line does ("[", "job ", "srun", "slurmstepd", "W1206 ...")."""
+    kept, dropped, prefix = [], 0, None
+    for line in lines:
+        if prefix is not None:
+            ended = not line.startswith(prefix) if prefix else re.match(NOT_A_TRACEBACK, line)
+            prefix = None if ended else prefix
+        header = re.match(r"^(\[rank\d+\]: ?)?Traceback \(most recent call last\)", line)
+        if prefix is None and header:
+            prefix = header[1] or ""
+            announced = kept and not prefix and re.match(r"^([A-Z]+:|[WE]\d{4} )", kept[-1])
+            if announced:
+                kept.pop()  # the logger's line that carried an agent's traceback
+                dropped += 1
+        if prefix is None:
+            kept.append(line)
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+NOT_A_TRACEBACK = r"^(\[|job |srun|slurmstepd|[A-Z]+:|[WEI]\d{4} )"
 
 
 def reference_params(steps):
@@ -469,7 +505,7 @@ def job_result(slurm, job_id, name):
         "show_job": {k: info[k].replace(str(slurm.tmp), "$TMP") for k in shown if k in info},
         "ranks": ranks(evs),
         "params": final_params(evs, name) if info["JobState"] == "COMPLETED" else None,
-        "log": shown_log(out, slurm.tmp),
+        "log": shown_log(out, slurm.tmp, info["JobState"] == "COMPLETED"),
         "events": evs,
     }
 
