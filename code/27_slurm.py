@@ -26,9 +26,9 @@ Before them, one interactive srun with two tasks per node shows what
 The first two run side by side; the requeue job waits for the torchrun job
 (--dependency), since both want port 29400 on the head node. The torchrun job is
 submitted held (--hold) and released (scontrol release) once the requeue job has been
-seen waiting for it, so that the wait shows on a machine of any speed. All three must end with
-the parameters of the one-process reference, the requeued one bit-identical to the
-torchrun job's. A watcher records each job's state as it changes.
+seen waiting for it, so that the wait shows on a machine of any speed. All three must
+end with the parameters of the one-process reference, the requeued one bit-identical to
+the torchrun job's. A watcher records each job's state as it changes.
 
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
 process in the run's namespaces and removes the temporary directory, key included.
@@ -380,6 +380,10 @@ def shown_log(text, tmp, completed):
     return "\n".join(ln.replace(str(tmp), "$TMP") for ln in kept)
 
 
+# A line that ends an agent's traceback: a launcher's, a rank's or a logger's own line.
+NOT_A_TRACEBACK = r"^(\[|job |srun|slurmstepd|[A-Z]+:|[WEI]\d{4} )"
+
+
 def without_tracebacks(lines):
     """`lines` less each Python traceback and the log line that announced it; and how many
     lines that left out. A rank's traceback is the run of lines with its `[rankN]:` prefix;
@@ -402,9 +406,6 @@ def without_tracebacks(lines):
         else:
             dropped += 1
     return kept, dropped
-
-
-NOT_A_TRACEBACK = r"^(\[|job |srun|slurmstepd|[A-Z]+:|[WEI]\d{4} )"
 
 
 def reference_params(steps):

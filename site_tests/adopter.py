@@ -15,46 +15,28 @@ import subprocess
 import sys
 import time
 
-from site_tests.conftest import pace
+from site_tests.conftest import ROOT, pace
 
-# argv: OUT, then the lab's command. It writes the lab's pid to OUT.pid, then "name state"
-# of each orphan to OUT.left; then ends and collects them, and exits with the lab's status.
+# argv: code/, OUT, then the lab's command. It adopts the lab's orphans as the labs do
+# (netns.adopt_orphans), writes the lab's pid to OUT.pid, then "name state" of each child
+# left when the lab exits to OUT.left; then ends and collects them (netns.collect_children)
+# and exits with the lab's status.
 ADOPTER = """
-import ctypes, json, os, pathlib, signal, subprocess, sys, time
-ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-out = sys.argv[1]
-lab = subprocess.Popen(sys.argv[2:])
+import json, os, pathlib, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import netns
+netns.adopt_orphans()
+out = sys.argv[2]
+lab = subprocess.Popen(sys.argv[3:])
 pathlib.Path(out + ".pid").write_text(str(lab.pid))
 code = lab.wait()
 
-def orphans():
-    found = {}
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        if int(fields[1]) == os.getpid():
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            found[int(stat.parent.name)] = f"{name} {fields[0]}"
-    return found
+def name_and_state(pid):
+    text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    return text[text.index("(") + 1 : text.rindex(")")] + " " + text.rsplit(")", 1)[1].split()[0]
 
-pathlib.Path(out + ".left").write_text(json.dumps(sorted(orphans().values())))
-deadline = time.monotonic() + float(os.environ["ADOPTER_CLEANUP_S"])
-while (left := orphans()) and time.monotonic() < deadline:
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
-    time.sleep(0.05)
+pathlib.Path(out + ".left").write_text(json.dumps(sorted(map(name_and_state, netns.children()))))
+netns.collect_children(float(os.environ["ADOPTER_CLEANUP_S"]))
 sys.exit(code)
 """
 
@@ -66,7 +48,7 @@ def run_adopting(argv, out, cwd, limit_s, while_running=lambda pid: None):
     files = {name: pathlib.Path(f"{out}.{name}") for name in ("out", "err", "pid", "left")}
     with open(files["out"], "w") as stdout, open(files["err"], "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-c", ADOPTER, str(out), *argv],
+            [sys.executable, "-c", ADOPTER, str(ROOT / "code"), str(out), *argv],
             stdout=stdout,
             stderr=stderr,
             cwd=cwd,
