@@ -335,15 +335,21 @@ def half_busy(session):
             hog.wait()
 
 
+# The runs only a GPU machine can make (mkdocs.yml's lab_runs with a `recorded:` file and no
+# live_if_root): the NCCL lab, chapter 1's CUDA branch and the elastic trainer on one GPU.
+GPU_RUNS = ("nccl", "first-job-gpu", "elastic-gpu")
+
+
 @nox.session(name="record-gpu", default=False)
 def record_gpu(session):
-    """Run the NCCL lab on this GPU machine and write the record its page embeds.
+    """Run every GPU lab on this GPU machine and write the records their pages embed.
 
     Uses the shared venv, or the interpreter given after `--` (a GPU node's own torch):
-    `nox -s record-gpu -- /usr/bin/python3`.
+    `nox -s record-gpu -- /usr/bin/python3`. About three minutes on one GPU.
     """
     python = session.posargs[0] if session.posargs else shared_venv(session)
-    session.run(python, "hooks/labrunner.py", "record", "nccl", external=True)
+    for name in GPU_RUNS:
+        session.run(python, "hooks/labrunner.py", "record", name, external=True)
 
 
 @nox.session(default=False)

@@ -47,7 +47,6 @@ float32) and also:
 
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +79,7 @@ if __name__ == "__main__":
 # The heavy imports, once the arguments are known to be good (spawned ranks start here too)
 # ---------------------------------------------------------------------------------------------
 import ddp_lab as lab  # noqa: E402
+import provenance  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -240,42 +240,11 @@ def summarise(m, reference, control, passed, args):
         "sweep": m["sweep"],
         "sweep_bf16": m["sweep_bf16"],
         "ddp_step": m["ddp_step"],
-        "gpu": gpu_facts(),
+        "gpu": provenance.gpu_facts(),
         "nccl_backend": m["nccl_backend"],
         "note": ONE_GPU_NOTE if torch.cuda.device_count() == 1 else None,
     }
     return lab.conclude(r, passed, args.started)
-
-
-def gpu_facts():
-    """The GPU and the software that drives it, for the page's provenance."""
-    device = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(device)
-    nccl = torch.cuda.nccl.version()
-    return {
-        "model": torch.cuda.get_device_name(device),
-        "count": torch.cuda.device_count(),
-        "capability": f"{props.major}.{props.minor}",
-        "memory_GiB": round(props.total_memory / 2**30, 1),
-        "driver": nvidia_driver(),
-        "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-    }
-
-
-def nvidia_driver():
-    """The NVIDIA driver version from nvidia-smi, or None where it cannot be asked."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.split()
-    return lines[0] if out.returncode == 0 and lines else None
 
 
 def report(r):

@@ -6,16 +6,19 @@ Needs root (network namespaces), iproute2, munge and Slurm (Debian: slurm-wlm).
 The cluster is three network namespaces on one machine, with the two-node lab's
 addressing (netns.py): `ctl` runs slurmctld and munged and is where we type commands
 (the login node), `node0` and `node1` each run one slurmd. Everything a cluster needs is
-made for this run in a temporary directory: a munge key, slurm.conf, spool, state and
-log folders. The folder `shared/` plays the file system every node mounts: the job
-scripts and elastic_train.py are copied there, jobs are submitted from there, and their
-checkpoints and slurm-%j.out land there.
+made for this run in a temporary directory: a munge key, slurm.conf, gres.conf with
+placeholder GPU devices, spool, state and log folders. The folder `shared/` plays the
+file system every node mounts: the job scripts, node-env.sh and elastic_train.py are
+copied there, jobs are submitted from there, and their checkpoints and slurm-%j.out land
+there. Slurm allocates the placeholder GPUs as real ones; CUDA finds none, and the
+trainer runs on the CPU.
 
 Three jobs, each submitted with sbatch and run by Slurm:
 
-  torchrun  code/slurm/train-torchrun.sbatch: srun starts one torchrun per node, and
-            each starts two ranks.
-  srun      code/slurm/train-srun.sbatch: srun starts the four ranks itself.
+  torchrun  code/slurm/train-torchrun-gpu.sbatch: srun starts one torchrun per node,
+            and each starts a rank per GPU of its node (two).
+  srun      code/slurm/train-srun-gpu.sbatch: srun starts the four ranks itself, one
+            GPU each.
   requeue   the torchrun script again; rank 3 crashes at a step, srun fails and the job
             ends FAILED; `scontrol requeue` puts it back in the queue, and it runs
             again from its checkpoint.
@@ -23,18 +26,19 @@ Three jobs, each submitted with sbatch and run by Slurm:
 Before them, one interactive srun with two tasks per node shows what
 --ntasks-per-node does to a launcher line: its command runs once per task.
 
-The first two run side by side; the requeue job waits for the torchrun job
-(--dependency), since both want port 29400 on the head node. The torchrun job is
-submitted held (--hold) and released (scontrol release) once the requeue job has been
-seen waiting for it, so that the wait shows on a machine of any speed. All three must
+The first two run side by side, on both nodes, at ports their job ids give; they take
+every GPU, and the requeue job waits for the torchrun job (--dependency). The torchrun
+job is submitted held (--hold) and released (scontrol release) once the requeue job has
+been seen waiting for it, so that the wait shows on a machine of any speed. All three must
 end with the parameters of the one-process reference, the requeued one bit-identical to
 the torchrun job's. A watcher records each job's state as it changes.
 
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
 process in the run's namespaces and removes the temporary directory, key included.
 
---json PATH writes: cluster, slurm_conf, ntasks, jobs {torchrun, srun, requeue}, release,
-squeue, states, reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
+--json PATH writes: cluster, slurm_conf, sinfo, ntasks, jobs {torchrun, srun, requeue}
+(each with its ranks and its tasks' node-env.sh lines), release, squeue, states,
+reference_max_abs_diff, requeue_bit_identical, crash_to_resumed_s, env.
 """
 
 import datetime
@@ -44,6 +48,7 @@ import pathlib
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -57,8 +62,11 @@ from netns import Cluster, Stopped, progress, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
-SCRIPTS = {"torchrun": HERE / "slurm" / "train-torchrun.sbatch"}
-SCRIPTS["srun"] = HERE / "slurm" / "train-srun.sbatch"
+SCRIPTS = {"torchrun": HERE / "slurm" / "train-torchrun-gpu.sbatch"}
+SCRIPTS["srun"] = HERE / "slurm" / "train-srun-gpu.sbatch"
+NODE_ENV = HERE / "slurm" / "node-env.sh"  # the job scripts' tasks source it
+GPUS_PER_NODE = 4  # placeholders: what Slurm hands out, not what CUDA finds
+DEBIAN_OWN_NAME = "127.0.1.1"  # where Debian's /etc/hosts puts a machine's own name
 PREFIX = "ddpslurm"  # every namespace and temp dir of a run is named ddpslurm-PID-...
 SUBNET = "198.18.4"
 HOSTS = ("ctl", "node0", "node1")
@@ -170,11 +178,30 @@ def slurm_conf(tmp, cluster, munge):
         SlurmdPidFile={tmp}/run/slurmd-%n.pid
         SlurmctldLogFile={tmp}/log/slurmctld.log
         SlurmdLogFile={tmp}/log/slurmd-%n.log
-        NodeName=node0 NodeAddr={node0} CPUs=6 State=UNKNOWN
-        NodeName=node1 NodeAddr={node1} CPUs=6 State=UNKNOWN
+        # GPUs are a generic resource (gres.conf says which files stand for them)
+        GresTypes=gpu
+        NodeName=node0 NodeAddr={node0} CPUs=6 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN
+        NodeName=node1 NodeAddr={node1} CPUs=6 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN
         PartitionName=lab Nodes=node0,node1 Default=YES MaxTime=10 State=UP
         """
     )
+
+
+def gres_conf(tmp):
+    """Each node's GPUs, as Slurm counts and hands them out. On a GPU node the files are
+    /dev/nvidia0 and on (or AutoDetect=nvml finds them); here they are placeholders, so
+    Slurm sets CUDA_VISIBLE_DEVICES and SLURM_GPUS_ON_NODE as it does on GPU nodes, and
+    CUDA, finding no GPU, leaves the trainer on the CPU. slurmd accepts only character or
+    block devices: each placeholder is a twin of /dev/null (device 1, 3)."""
+    lines = ["AutoDetect=off"]
+    last = GPUS_PER_NODE - 1
+    for node in ("node0", "node1"):
+        folder = tmp / "gpus" / node
+        folder.mkdir(parents=True)
+        for index in range(GPUS_PER_NODE):
+            os.mknod(folder / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        lines.append(f"NodeName={node} Name=gpu File={folder}/nvidia[0-{last}]")
+    return "\n".join(lines) + "\n"
 
 
 def cgroup_version():
@@ -207,6 +234,7 @@ class Slurm:
         (self.tmp / "cgroup.conf").write_text(f"CgroupPlugin={cgroup_version()}\n")
         munge = make_munge_key(self.tmp)
         self.conf.write_text(slurm_conf(self.tmp, self.cluster, munge))
+        (self.tmp / "gres.conf").write_text(gres_conf(self.tmp))
         self.daemon(
             "ctl",
             "munged",
@@ -225,8 +253,11 @@ class Slurm:
         wait_for(self.nodes_idle, "both nodes idle in sinfo", seconds=30)
 
     def daemon(self, host, *argv):
-        """A daemon in the foreground on `host`, its output in log/HOST-NAME.out."""
-        hosts_file = self.cluster.hosts_file(self.tmp, host)
+        """A daemon in the foreground on `host`, its output in log/HOST-NAME.out. A compute
+        node's /etc/hosts maps its own name to 127.0.1.1, as Debian's does: the jobs must
+        not take a node's interface from what its own name resolves to there."""
+        own = DEBIAN_OWN_NAME if host.startswith("node") else None
+        hosts_file = self.cluster.hosts_file(self.tmp, host, own_addr=own)
         with open(self.tmp / "log" / f"{host}-{argv[0]}.out", "w") as log:
             self.cluster.start(host, argv, self.env, hosts_file, log, self.tmp)
 
@@ -356,8 +387,24 @@ def final_params(evs, name):
 
 def ranks(evs):
     starts = [e for e in evs if e["event"] == "start"]
-    keys = ("rank", "group_rank", "local_rank", "world", "resume_step")
+    keys = ("rank", "group_rank", "local_rank", "world", "device", "resume_step")
     return sorted(({k: e[k] for k in keys} for e in starts), key=lambda r: r["rank"])
+
+
+# The line node-env.sh prints in each task: what Slurm gave it, and the interface chosen.
+TASK_LINE = (
+    r"^(?P<host>\S+) task (?P<task>\d+): interface (?P<interface>\S+), "
+    r"SLURM_GPUS_ON_NODE=(?P<gpus_on_node>\S+) CUDA_VISIBLE_DEVICES=(?P<visible>\S+)$"
+)
+
+
+def tasks(out_text):
+    """Each task's node-env.sh line, as a dict, in task order (a requeued job's: its
+    last run's)."""
+    found = {}
+    for m in re.finditer(TASK_LINE, out_text, re.MULTILINE):
+        found[int(m["task"])] = {**m.groupdict(), "task": int(m["task"])}
+    return [found[task] for task in sorted(found)]
 
 
 def shown_log(text, tmp, completed):
@@ -380,24 +427,31 @@ def shown_log(text, tmp, completed):
     return "\n".join(ln.replace(str(tmp), "$TMP") for ln in kept)
 
 
+# A line that starts a traceback: Python's (a rank's has its `[rankN]:` prefix), or the
+# frames of a C++ exception that torch logs as a warning.
+TRACEBACK_HEADER = (
+    r"^(\[rank\d+\]: ?)?"
+    r"(Traceback \(most recent call last\)|Exception raised from .*\(most recent call first\))"
+)
 # A line that ends an agent's traceback: a launcher's, a rank's or a logger's own line.
-NOT_A_TRACEBACK = r"^(\[|job |srun|slurmstepd|[A-Z]+:|[WEI]\d{4} )"
+NOT_A_TRACEBACK = r"^(\[|job |srun|slurmstepd|[A-Z]+:|[WEI]\d{4} |\S+ task \d+: )"
 
 
 def without_tracebacks(lines):
-    """`lines` less each Python traceback and the log line that announced it; and how many
-    lines that left out. A rank's traceback is the run of lines with its `[rankN]:` prefix;
-    an agent's runs from its header to the next line that starts as a launcher's or a
-    logger's line does ("[", "job ", "srun", "slurmstepd", "W1206 ...")."""
+    """`lines` less each traceback (TRACEBACK_HEADER) and the log line that announced it;
+    and how many lines that left out. A rank's traceback is the run of lines with its
+    `[rankN]:` prefix; an agent's runs from its header to the next line that starts as a
+    launcher's, a task's or a logger's line does ("[", "job ", "srun", "slurmstepd",
+    "node0 task 0: ", "W1206 ...")."""
     kept, dropped, prefix = [], 0, None
     for line in lines:
         if prefix is not None:
             ended = not line.startswith(prefix) if prefix else re.match(NOT_A_TRACEBACK, line)
             prefix = None if ended else prefix
-        header = re.match(r"^(\[rank\d+\]: ?)?Traceback \(most recent call last\)", line)
+        header = re.match(TRACEBACK_HEADER, line)
         if prefix is None and header:
             prefix = header[1] or ""
-            announced = kept and not prefix and re.match(r"^([A-Z]+:|[WE]\d{4} )", kept[-1])
+            announced = kept and not prefix and re.match(r"^([A-Z]+:|\[?[WE]\d{4} )", kept[-1])
             if announced:
                 kept.pop()  # the logger's line that carried an agent's traceback
                 dropped += 1
@@ -497,7 +551,7 @@ def job_result(slurm, job_id, name):
     evs = events(out)
     info = slurm.job(job_id)
     shown = ("JobId", "JobName", "JobState", "Reason", "Restarts", "ExitCode", "NodeList")
-    shown += ("NumNodes", "NumTasks", "CPUs/Task", "StdOut")
+    shown += ("NumNodes", "NumTasks", "CPUs/Task", "TresPerNode", "TresPerTask", "StdOut")
     return {
         "id": job_id,
         "state": info["JobState"],
@@ -505,6 +559,7 @@ def job_result(slurm, job_id, name):
         "restarts": int(info["Restarts"]),
         "show_job": {k: info[k].replace(str(slurm.tmp), "$TMP") for k in shown if k in info},
         "ranks": ranks(evs),
+        "tasks": tasks(out),
         "params": final_params(evs, name) if info["JobState"] == "COMPLETED" else None,
         "log": shown_log(out, slurm.tmp, info["JobState"] == "COMPLETED"),
         "events": evs,
@@ -559,10 +614,10 @@ def run(args, tmp, run_prefix):
     progress(f"namespaces up: {', '.join(cluster.ns.values())}")
     slurm = Slurm(cluster, tmp)
     slurm.start()
-    sinfo = slurm.run("sinfo", "-N", "-o", "%N %P %T %c")
+    sinfo = slurm.run("sinfo", "-N", "-o", "%N %P %T %c %G")
     progress("slurmctld and both slurmd up, nodes idle")
     ntasks = tasks_per_node(slurm)
-    for path in (TRAIN, *SCRIPTS.values()):
+    for path in (TRAIN, NODE_ENV, *SCRIPTS.values()):
         shutil.copy(path, slurm.shared)
     # The launcher waits most of the run: it imports torch meanwhile, for the reference.
     reference = {}
@@ -582,7 +637,7 @@ def run(args, tmp, run_prefix):
     ids = {}
     for name, (options, script_args) in submitted.items():
         ids[name] = slurm.sbatch(SCRIPTS[name], options, script_args)
-    # Both want port 29400 on the head node: the second waits for the first to end.
+    # The first two hold every GPU: the third waits for the first to end, however it ends.
     submitted["requeue"] = ([f"--dependency=afterany:{ids['torchrun']}"], crash)
     ids["requeue"] = slurm.sbatch(SCRIPTS["torchrun"], *submitted["requeue"])
     progress(f"submitted {ids}")
@@ -599,7 +654,7 @@ def run(args, tmp, run_prefix):
     squeue = slurm.run("squeue")
     buffering = buffering_trap(slurm, watcher)
     hold = requeue_failed(slurm, watcher, ids["requeue"])
-    progress(f"job {ids['requeue']} requeued; released from its {hold['hold_s']:g} s hold")
+    progress(f"job {ids['requeue']} requeued; its {hold['hold_s']:g} s hold cut short")
     wait_for(lambda: watcher.state(ids["requeue"]) == "RUNNING", "the job to run again", 60)
     wait_for_jobs(watcher, ids.values())
     watcher.done = True
@@ -671,11 +726,11 @@ def show_job(job):
 
 
 def ranks_table(job):
-    print("rank  GROUP_RANK  LOCAL_RANK  WORLD_SIZE  resumed from step")
+    print("rank  GROUP_RANK  LOCAL_RANK  WORLD_SIZE  device  resumed from step")
     for row in job["ranks"]:
         print(
             f"{row['rank']:>4}  {row['group_rank']:>10}  {row['local_rank']:>10}  "
-            f"{row['world']:>10}  {row['resume_step']:>17}"
+            f"{row['world']:>10}  {row['device']:>6}  {row['resume_step']:>17}"
         )
 
 
@@ -683,7 +738,7 @@ def report(r):
     """The short human report; the page embeds each `== part ==` block where it fits."""
     jobs = r["jobs"]
     print("== cluster ==")
-    print("ctl$ sinfo -N -o '%N %P %T %c'")
+    print("ctl$ sinfo -N -o '%N %P %T %c %G'")
     print(textwrap.indent(r["sinfo"].rstrip(), "  "))
     print("== ntasks ==")
     print(command_lines(r["ntasks"]["command"]))
@@ -730,8 +785,8 @@ def report(r):
         say(f"{row['t_s']:+7.2f} s  {row['what']}", indent="  ")
     hold = requeue["hold"]
     say(
-        f"Slurm held the requeued job {hold['hold_s']} s (Reason={hold['reason']}, "
-        f"EligibleTime={hold['eligible_time']}); `{hold['command']}` released it."
+        f"Slurm would have held the requeued job {hold['hold_s']} s (Reason={hold['reason']}, "
+        f"EligibleTime={hold['eligible_time']}); `{hold['command']}` let it start at once."
     )
     say(f"from the crash to the first step after the resume: {r['crash_to_resumed_s']} s")
     print(f"ctl$ grep -v '^ *\\[rank' slurm-{job['id']}.out   # its launcher lines")

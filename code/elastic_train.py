@@ -4,6 +4,7 @@
         code/elastic_train.py --ckpt-dir=/shared/ckpt
     CKPT_DIR=/shared/ckpt torchrun --standalone --nproc_per_node=2 code/elastic_train.py
     # two nodes in network namespaces: sudo python code/26_two_nodes.py
+    # a Slurm job on GPU nodes: code/slurm/train-torchrun-gpu.sbatch
 
 A restart runs this file from its first line, so it is elastic-ready in three ways:
 1. at start it resumes from its newest complete checkpoint, before DDP wraps the model,
@@ -17,7 +18,8 @@ A restart runs this file from its first line, so it is elastic-ready in three wa
 3. it derives everything that depends on the world size at start, from WORLD_SIZE.
 
 It trains a float64 linear model with feature dropout on a fixed synthetic data set, in
-mini-batches that DistributedSampler shuffles anew each epoch, with DDP on gloo. Step k
+mini-batches that DistributedSampler shuffles anew each epoch: with DDP on NCCL, one GPU
+per process, where CUDA finds a GPU, else on gloo and the CPU (as train_ddp.py). Step k
 of an epoch trains on the same GLOBAL_BATCH examples whatever the world size, so
 `reference` reproduces the training in one process (to rounding), and a resumed run
 matches an uninterrupted one bit for bit. Each rank prints one JSON line per event,
@@ -99,9 +101,14 @@ def data_set():
 class DropoutLinear(torch.nn.Module):
     """A linear model whose inputs lose a random quarter of their features each step.
 
-    The mask comes from torch's global generator, seeded alike on every rank, so all ranks
-    (and the one-process reference) draw the same mask each step: the generator's state is
-    part of the training's state, and a resume that does not restore it draws other masks.
+    How this trainer seeds its ranks, and why: alike. One mask per step covers the whole
+    global batch (it drops features, not examples), as in the one-process reference, so
+    every rank must draw the same mask: every rank seeds torch's CPU generator with SEED
+    and draws the mask there, on a GPU too. The generator's state is then part of the
+    training's state, the same on every rank, and rank 0's copy in the checkpoint stands
+    for all; a resume that did not restore it would draw other masks. Dropout that drops
+    each example's units on its own wants the opposite, a seed per rank (chapter 4), and
+    each rank's generator state in the checkpoint.
     """
 
     def __init__(self):
@@ -109,7 +116,7 @@ class DropoutLinear(torch.nn.Module):
         self.linear = torch.nn.Linear(FEATURES, 1).double()
 
     def forward(self, x):
-        keep = (torch.rand(1, FEATURES, dtype=x.dtype) >= DROP).to(x.dtype)
+        keep = (torch.rand(1, FEATURES, dtype=x.dtype) >= DROP).to(x.device, x.dtype)
         return self.linear(x * keep / (1 - DROP))
 
 
@@ -127,10 +134,10 @@ def new_scheduler(optimizer):
     return torch.optim.lr_scheduler.StepLR(optimizer, LR_HALVES_EVERY, gamma=0.5)
 
 
-def new_scaler():
-    # float64 on the CPU needs no loss scaling: the scaler is disabled and its state is {}.
-    # With float16 autocast on GPUs it is enabled, and its scale must survive a restart.
-    return torch.amp.GradScaler("cpu", enabled=False)
+def new_scaler(device):
+    # float64 needs no loss scaling: the scaler is disabled and its state is {}. With
+    # float16 autocast on GPUs it is enabled, and its scale must survive a restart.
+    return torch.amp.GradScaler(device.type, enabled=False)
 
 
 def epoch_batches(sampler, per_rank):
@@ -163,22 +170,24 @@ def wait_for_file(path, seconds):
         time.sleep(0.01)
 
 
-def agreed_resume_step(ckpt_dir, rank):
+def agreed_resume_step(ckpt_dir, rank, device):
     """The step of rank 0's newest checkpoint (0: none), the same on every rank.
 
     Rank 0 alone looks, so that all agree even if a save lands meanwhile; the step travels
-    as a tensor, with no pickling, and each rank finds the file by its name.
+    as a tensor on the backend's device (NCCL: the GPU), with no pickling, and each rank
+    finds the file by its name.
     """
     found = checkpoints(ckpt_dir) if rank == 0 else []
-    step = torch.tensor([int(found[-1].stem.removeprefix("step-")) if found else 0])
+    newest = int(found[-1].stem.removeprefix("step-")) if found else 0
+    step = torch.tensor([newest], device=device)
     dist.broadcast(step, src=0)
     return int(step.item())
 
 
 # --8<-- [start:state]
 def training_state(step, epoch, model, optimizer, scheduler, scaler, sampler):
-    """Everything the next step depends on. The ranks draw the same random numbers, so
-    rank 0's generators stand for every rank's."""
+    """Everything the next step depends on. The ranks draw the same random numbers
+    (DropoutLinear says why), so rank 0's generators stand for every rank's."""
     return {
         "step": step,
         "epoch": epoch,
@@ -252,7 +261,7 @@ def train_step(model, optimizer, scheduler, scaler, x, y):
     scheduler.step()
 
 
-def train(args):
+def train(args, device):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     ckpt_dir = pathlib.Path(args.ckpt_dir)
@@ -263,19 +272,20 @@ def train(args):
     per_rank = GLOBAL_BATCH // world
     dataset = data_set()
     sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=SEED)
-    model = new_model()
+    model = new_model().to(device)
     optimizer = new_optimizer(model.parameters())
-    scheduler, scaler = new_scheduler(optimizer), new_scaler()
+    scheduler, scaler = new_scheduler(optimizer), new_scaler(device)
 
     # --8<-- [start:resume]
     # Resume before DDP wraps the model: its constructor then broadcasts the restored
     # weights, and every rank has restored the same state from the same file.
-    step, epoch = agreed_resume_step(ckpt_dir, rank), 0
+    step, epoch = agreed_resume_step(ckpt_dir, rank, device), 0
     if step:
-        state = torch.load(checkpoint_path(ckpt_dir, step), weights_only=True)
+        path = checkpoint_path(ckpt_dir, step)
+        state = torch.load(path, map_location=device, weights_only=True)
         step, epoch = restore(state, model, optimizer, scheduler, scaler, sampler)
     resume_step = step
-    model = DDP(model)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     # --8<-- [end:resume]
     report(
         "start",
@@ -284,6 +294,8 @@ def train(args):
         world=world,
         restart=restart,
         resume_step=resume_step,
+        device=str(device),
+        backend=dist.get_backend(),
     )
 
     while step < args.steps:
@@ -298,7 +310,8 @@ def train(args):
                     wait_for_file(checkpoint_path(ckpt_dir, step - 1), args.timeout)
                 report("crash", step=step)
                 os._exit(1)  # a hard crash: no exception handler, no `finally`
-            train_step(model, optimizer, scheduler, scaler, *dataset[indices])
+            x, y = (tensor.to(device) for tensor in dataset[indices])
+            train_step(model, optimizer, scheduler, scaler, x, y)
             if step % STEPS_PER_EPOCH == 0:  # the epoch is over: the next one reshuffles
                 epoch += 1
                 sampler.set_epoch(epoch)
@@ -330,14 +343,31 @@ def reference(steps):
     return model
 
 
+def join_the_job(timeout):
+    """Join the group torchrun (or srun) set up, as train_ddp.py does; return the device.
+
+    A process that sees several GPUs takes the one of its LOCAL_RANK (torchrun's ranks see
+    all of their node's GPUs). One that sees a single GPU takes it: under Slurm's
+    --gpus-per-task=1 each task sees its own GPU, and it is cuda:0 in every task.
+    """
+    if torch.cuda.is_available():
+        local_rank, count = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+        device = torch.device("cuda", local_rank if count > 1 else 0)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timeout)
+    return device
+
+
 def main():
     args = parse_args()
     if "TORCHELASTIC_RUN_ID" not in os.environ:
         sys.exit("elastic_train.py: start it with torchrun (no TORCHELASTIC_RUN_ID)")
-    timeout = datetime.timedelta(seconds=args.timeout)
-    dist.init_process_group("gloo", timeout=timeout)
+    device = join_the_job(datetime.timedelta(seconds=args.timeout))
     try:
-        train(args)
+        train(args, device)
     finally:
         # Something train() built still holds the group in a reference cycle (not the DDP
         # model, which is freed on return). Without this collection, half of our runs on

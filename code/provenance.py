@@ -2,6 +2,7 @@
 
 import os
 import platform
+import subprocess
 import sys
 
 
@@ -34,3 +35,39 @@ def machine_facts(torch_version=None):
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def gpu_facts():
+    """The GPU and the software that drives it, for the page's provenance (None without
+    one). Imports torch: a GPU run's recording pays for it, a build never asks."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    nccl = torch.cuda.nccl.version()
+    return {
+        "model": torch.cuda.get_device_name(device),
+        "count": torch.cuda.device_count(),
+        "capability": f"{props.major}.{props.minor}",
+        "memory_GiB": round(props.total_memory / 2**30, 1),
+        "driver": nvidia_driver(),
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
+    }
+
+
+def nvidia_driver():
+    """The NVIDIA driver version from nvidia-smi, or None where it cannot be asked."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    return lines[0] if out.returncode == 0 and lines else None

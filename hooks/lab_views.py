@@ -58,11 +58,12 @@ def render(name, context):
 
 
 def not_recorded(context):
+    record = context.run.recorded.relative_to(context.root).as_posix()
     return (
         '!!! warning "No run recorded yet"\n\n'
-        f"    This lab needs hardware the site's build machine does not have, and no run of it "
-        f"has been recorded yet (`{context.run.recorded.relative_to(context.root).as_posix()}` "
-        "does not exist). The numbers will appear here once someone runs `nox -s record-gpu` "
+        f"    This run needs a GPU, which the machines that build this site do not have, and "
+        f"none has been recorded yet (`{record}` "
+        "does not exist). Its output will appear here once someone runs `nox -s record-gpu` "
         "on a GPU machine and commits the file.\n"
     )
 

@@ -66,8 +66,10 @@ class LabRun:
         self.record_file = root / spec["recorded"] if "recorded" in spec else None
         # live_if_root: a run that needs root (network namespaces) runs live where the build
         # is root and embeds its committed record elsewhere.
-        live = str(spec.get("live_if_root", "false")).lower() == "true" and os.geteuid() == 0
-        self.recorded = None if live else self.record_file
+        needs_root = str(spec.get("live_if_root", "false")).lower() == "true"
+        self.recorded = None if needs_root and os.geteuid() == 0 else self.record_file
+        # Any other recorded run needs what no build machine has: a GPU.
+        self.needs_gpu = self.record_file is not None and not needs_root
         # inputs: globs of files the run reads without importing them (the exercises'
         # tests and solutions, which the grader hands to pytest); they join the cache key.
         self.inputs = [str(pattern) for pattern in spec.get("inputs", [])]
@@ -373,7 +375,12 @@ def record_main(argv):
     if spec is None or "recorded" not in spec:
         sys.exit(f"no lab run {argv[1]!r} with a `recorded:` file in mkdocs.yml")
     run = LabRun(argv[1], spec, ROOT)
+    gpu = code_module(ROOT, "provenance").gpu_facts() if run.needs_gpu else None
+    if run.needs_gpu and gpu is None:  # made on a CPU, the record would pass for a GPU run
+        sys.exit(f"no CUDA device here: {run.name} is recorded on a GPU machine")
     record = execute(run)
+    if run.needs_gpu and run.plain:  # plain training code does not say what GPU it ran on
+        record["result"]["gpu"] = gpu
     run.record_file.parent.mkdir(parents=True, exist_ok=True)
     run.record_file.write_text(json.dumps(record, indent=1) + "\n")
     print(f"recorded {run.name} in {record['wall_s']} s -> {run.record_file.relative_to(ROOT)}")

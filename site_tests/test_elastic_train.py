@@ -24,6 +24,7 @@ from site_tests.conftest import ROOT, pace
 
 TRAINER = ROOT / "code" / "elastic_train.py"
 TIMEOUT_S = 90
+CPU = torch.device("cpu")
 FIELDS = ("step", "epoch", "sampler_epoch", "model", "optimizer", "scheduler", "scaler", "rng")
 
 
@@ -38,7 +39,7 @@ def trainer():
 def training_state(trainer, step=1):
     model = trainer.new_model()
     optimizer = trainer.new_optimizer(model.parameters())
-    scheduler, scaler = trainer.new_scheduler(optimizer), trainer.new_scaler()
+    scheduler, scaler = trainer.new_scheduler(optimizer), trainer.new_scaler(CPU)
     sampler = torch.utils.data.DistributedSampler(trainer.data_set(), 1, 0)
     return trainer.training_state(step, 0, model, optimizer, scheduler, scaler, sampler)
 
@@ -68,7 +69,7 @@ def test_a_save_cut_short_leaves_the_previous_checkpoint_newest(
     with pytest.raises(KeyboardInterrupt):
         trainer.save_atomically(tmp_path, 2, training_state(trainer, 2))
     assert (tmp_path / "step-0002.tmp").is_file(), "the cut-short save wrote its temporary file"
-    step = trainer.agreed_resume_step(tmp_path, 0)
+    step = trainer.agreed_resume_step(tmp_path, 0, CPU)
     assert step == 1 and torch.load(trainer.checkpoint_path(tmp_path, step))["step"] == 1
 
 
@@ -84,11 +85,11 @@ def test_the_resume_step_travels_as_a_tensor(trainer, tmp_path, one_rank_group, 
         raise AssertionError("a pickling object collective")
 
     monkeypatch.setattr(dist, "broadcast_object_list", refuse)
-    assert trainer.agreed_resume_step(tmp_path, 0) == 0, "no checkpoint: start at step 0"
+    assert trainer.agreed_resume_step(tmp_path, 0, CPU) == 0, "no checkpoint: start at step 0"
     for step in (2, 5):
         torch.save({"step": step}, trainer.checkpoint_path(tmp_path, step))
     (tmp_path / "step-0006.tmp").write_bytes(b"half a file")  # a crash mid-save
-    assert trainer.agreed_resume_step(tmp_path, 0) == 5
+    assert trainer.agreed_resume_step(tmp_path, 0, CPU) == 5
 
 
 def torchrun(ckpt_dir, steps):

@@ -61,11 +61,12 @@ def test_the_two_node_lab_download_holds_what_it_imports_and_what_it_runs(built_
 
 def test_the_slurm_lab_download_holds_what_it_imports_and_its_job_scripts(built_site, tmp_path):
     """27_slurm.py imports netns.py, pace.py, lab_cli.py and provenance.py, and copies
-    elastic_train.py and slurm/*.sbatch to the cluster's shared folder: they travel with
-    it, at the paths it reads them from."""
+    elastic_train.py, slurm/*.sbatch and slurm/node-env.sh to the cluster's shared folder:
+    they travel with it, at the paths it reads them from."""
     folder = unpack(built_site, "slurm-lab", tmp_path)
     needed_files = ("27_slurm.py", "netns.py", "pace.py", "lab_cli.py", "provenance.py")
-    needed_files += ("elastic_train.py", "slurm/train-torchrun.sbatch", "slurm/train-srun.sbatch")
+    needed_files += ("elastic_train.py", "slurm/node-env.sh")
+    needed_files += ("slurm/train-torchrun-gpu.sbatch", "slurm/train-srun-gpu.sbatch")
     for needed in needed_files:
         assert (folder / needed).is_file(), f"slurm-lab.zip lacks {needed}"
     done = run_alone(folder, "27_slurm.py", "--help")

@@ -1,11 +1,15 @@
-"""hooks/labrunner.py: one run per lab among processes that share a cache, and a record that says
-what the run left behind. The labs here are a few lines of plain Python, no torch."""
+"""hooks/labrunner.py: one run per lab among processes that share a cache, a record that says
+what the run left behind, and GPU runs recorded only where there is a GPU. The labs here are a
+few lines of plain Python, no torch."""
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
+
+import pytest
 
 from site_tests.conftest import ROOT, labrunner, pace
 
@@ -134,3 +138,39 @@ def alive(pid):
     except OSError:
         return False
     return state != "Z"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU runs: recorded by `nox -s record-gpu`, on a GPU machine only
+# ---------------------------------------------------------------------------------------------
+def declared_runs():
+    import yaml
+
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    runs = config["extra"]["lab_runs"]
+    return {name: labrunner.LabRun(name, spec, ROOT) for name, spec in runs.items()}
+
+
+def test_record_gpu_records_every_run_that_needs_a_gpu():
+    noxfile = (ROOT / "noxfile.py").read_text()
+    (listed,) = re.findall(r"^GPU_RUNS = \(([^)]*)\)", noxfile, re.MULTILINE)
+    needs_gpu = {name for name, run in declared_runs().items() if run.needs_gpu}
+    assert {"nccl", "first-job-gpu", "elastic-gpu"} <= needs_gpu
+    assert set(re.findall(r'"([\w-]+)"', listed)) == needs_gpu
+
+
+def test_a_gpu_run_is_not_recorded_on_a_machine_without_a_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: its recording would be a real one")
+    run = declared_runs()["elastic-gpu"]
+    assert run.needs_gpu and not run.record_file.exists()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "hooks" / "labrunner.py"), "record", "elastic-gpu"],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(60),
+    )
+    assert done.returncode != 0 and "no CUDA device here" in done.stderr, done.stderr
+    assert not run.record_file.exists(), "a CPU run was written as the GPU record"

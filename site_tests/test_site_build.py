@@ -553,3 +553,29 @@ def test_chapter_shows_the_dump(built_site):
     assert 'href="../../code/where_stuck.py"' in page
     for name in (STUCK_SCRIPT.name, "pace.py", "provenance.py"):
         assert (site / "code" / name).read_bytes() == (ROOT / "code" / name).read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# The home page lists every lab
+# ---------------------------------------------------------------------------------------------
+def nav_labs(config_text):
+    """The pages of mkdocs.yml's `Labs:` section of the navigation."""
+    section = re.search(r"^  - Labs:\n((?:      - .*\n)+)", config_text, re.MULTILINE)
+    return re.findall(r": (\S+)$", section[1], re.MULTILINE)
+
+
+def labs_missing_from(home, labs):
+    linked = set(re.findall(r"\]\(([^)#\s]+)", home))
+    return [lab for lab in labs if lab not in linked]
+
+
+def test_the_home_page_links_every_lab():
+    labs = nav_labs((ROOT / "mkdocs.yml").read_text())
+    assert "labs/slurm.md" in labs and len(labs) >= 6, labs
+    assert labs_missing_from((ROOT / "docs" / "index.md").read_text(), labs) == []
+
+
+def test_a_lab_missing_from_the_home_page_is_reported():
+    home = "Labs: [gloo](labs/26-ddp-gloo.md) and [two nodes](labs/two-nodes.md#top)."
+    labs = ["labs/26-ddp-gloo.md", "labs/two-nodes.md", "labs/slurm.md"]
+    assert labs_missing_from(home, labs) == ["labs/slurm.md"]

@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import re
+import runpy
 import shutil
 import signal
 import socket
@@ -213,7 +214,7 @@ def test_torchrun_job_runs_one_launcher_per_node(run):
     assert job["show_job"]["NumNodes"] == "2" and job["show_job"]["NumTasks"] == "2"
     assert job["show_job"]["NodeList"] == "node[0-1]"
     check_four_ranks(job)
-    assert "head node0" in job["log"]
+    assert "rendezvous node0:" in job["log"]
 
 
 def test_srun_job_runs_one_task_per_rank(run):
@@ -221,6 +222,63 @@ def test_srun_job_runs_one_task_per_rank(run):
     assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
     assert job["show_job"]["NumTasks"] == "4"
     check_four_ranks(job)
+
+
+def test_slurm_hands_out_the_gpus_each_job_script_asks_for(run):
+    """The nodes' placeholder GPUs are allocated as real ones are: all of a node's share to
+    its torchrun task, one to each srun task; CUDA finds none, and the ranks train on CPU."""
+    r = run["result"]
+    assert [line.split()[-1] for line in r["sinfo"].splitlines()] == ["GRES", "gpu:4", "gpu:4"]
+    torchrun, srun = r["jobs"]["torchrun"], r["jobs"]["srun"]
+    assert torchrun["show_job"]["TresPerNode"].endswith("gpu:2"), torchrun["show_job"]
+    assert srun["show_job"]["TresPerTask"].endswith("gpu:1"), srun["show_job"]
+    per_node = [(t["host"], t["gpus_on_node"], t["visible"]) for t in torchrun["tasks"]]
+    assert per_node == [("node0", "2", "0,1"), ("node1", "2", "0,1")], torchrun["tasks"]
+    assert [t["host"] for t in srun["tasks"]] == ["node0", "node0", "node1", "node1"]
+    for node in ("node0", "node1"):
+        seen = [t["visible"] for t in srun["tasks"] if t["host"] == node]
+        assert len(set(seen)) == 2 and all(v.isdigit() for v in seen), srun["tasks"]
+    for job in (torchrun, srun):
+        assert {t["interface"] for t in job["tasks"]} == {"eth0"}, job["tasks"]
+        assert {row["device"] for row in job["ranks"]} == {"cpu"}
+
+
+def test_two_jobs_share_both_nodes_on_ports_from_their_ids(run):
+    """No fixed port: the torchrun and srun jobs run at once on the same two nodes, each at
+    the port its job id gives, and both complete."""
+    r = run["result"]
+    rows = [line.split() for line in r["squeue"].splitlines()[1:]]
+    together = {row[0]: row[-1] for row in rows if row[4] == "R"}
+    ports = {}
+    for name, pattern in (("torchrun", r"rendezvous node0:(\d+)"), ("srun", r"store node0:(\d+)")):
+        job = r["jobs"][name]
+        assert together[job["id"]] == "node[0-1]" and job["state"] == "COMPLETED", r["squeue"]
+        (port,) = set(re.findall(pattern, job["log"]))
+        ports[name] = int(port)
+        assert ports[name] == 20000 + int(job["id"]) % 10000
+    assert ports["torchrun"] != ports["srun"]
+
+
+def test_a_completed_jobs_log_leaves_out_python_and_cpp_tracebacks():
+    lab = runpy.run_path(str(LAB))
+    log = [
+        "job 2 on node[0-1], rendezvous node0:20002, restart 0",
+        "node0 task 0: interface eth0, SLURM_GPUS_ON_NODE=2 CUDA_VISIBLE_DEVICES=0,1",
+        "[W1206 06:29:57.466 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on x",
+        "Exception raised from recvBytes at Utils.hpp:786 (most recent call first):",
+        "frame #0: c10::Error::Error() + 0x9d (0x7f5e in libc10.so)",
+        "<omitting python frames>",
+        "frame #29: _start + 0x21 (0x5639 in python)",
+        "",
+        "W1206 06:29:57.744000 4939 torch/distributed/elastic/rendezvous/api.py:1] failed",
+        "Trace" + "back (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "RendezvousConnectionError: the store went away",
+        "node1 task 1: interface eth0, SLURM_GPUS_ON_NODE=2 CUDA_VISIBLE_DEVICES=0,1",
+    ]
+    kept, dropped = lab["without_tracebacks"](log)
+    assert kept == [log[0], log[1], log[-1]], kept
+    assert dropped == len(log) - 3
 
 
 def test_two_tasks_per_node_start_a_launcher_line_twice_on_each_node(run):
