@@ -12,9 +12,11 @@ and compute one batch's gradients in several ways. Every way runs two iterations
 compiles, and DDP rebuilds its buckets in the second), and the second one's gradients are
 compared. It prints:
 
-  == graphs ==    torch.compile(DDP(model)) at two bucket caps: how many graphs dynamo handed
-                  to the backend, and how many buckets DDP reduced in one backward. The
-                  backend only counts the graphs and runs them as traced.
+  == graphs ==    torch.compile(DDP(model)) at three bucket caps (1 MiB, 25 MiB passed
+                  explicitly, and DDP's default, which is also 25 MiB but keeps a small first
+                  bucket): how many graphs dynamo handed to the backend, and how many buckets
+                  DDP reduced in one backward. The backend only counts the graphs and runs them
+                  as traced.
   == orders ==    the same count for DDP(torch.compile(model)) and, without DDP, for
                   torch.compile(model); for each, the largest difference from eager DDP's
                   gradients and between the two ranks' gradients, and the first key of its
@@ -24,9 +26,9 @@ compared. It prints:
                   cache the first one filled, beside one eager step and `import torch`.
 
 The --json file (one object): world_size, layers, width, batch, layer_bytes, import_torch_s,
-graphs [{bucket_cap_mb, graphs, buckets}], orders [{order, graphs, grad_vs_eager, rank_diff,
-first_key}], inductor {cold_s, warm_s, eager_step_s, grad_vs_eager} (null with
---skip-inductor), env.
+graphs [{bucket_cap_mb (null: DDP's default), graphs, buckets}], orders [{order, graphs,
+grad_vs_eager, rank_diff, first_key}], inductor {cold_s, warm_s, eager_step_s, grad_vs_eager}
+(null with --skip-inductor), env.
 """
 
 import argparse
@@ -39,7 +41,10 @@ import time
 
 from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
 
-BUCKET_CAPS_MB = (1, 25)  # one layer per bucket, and DDP's default cap
+# One layer per bucket; DDP's default size passed explicitly, which turns off DDP's small
+# first bucket (chapter 3); and no cap at all (None): DDP's default, small first bucket kept.
+BUCKET_CAPS_MB = (1, 25, None)
+INDUCTOR_CAP_MB = 25  # the inductor timing's DDP
 ORDERS = ("torch.compile(DDP(model))", "DDP(torch.compile(model))", "torch.compile(model), no DDP")
 
 
@@ -149,7 +154,7 @@ def graphs_per_bucket_cap(args, x, y):
     for cap in BUCKET_CAPS_MB:
         torch._dynamo.reset()  # a fresh compile: graphs from earlier ways are not reused
         counter = GraphCounter()
-        ddp = DDP(build_model(args.layers, args.width), bucket_cap_mb=cap)
+        ddp = DDP(build_model(args.layers, args.width), bucket_cap_mb=cap)  # None: default
         counted = count_buckets(ddp)
         iterations(torch.compile(ddp, backend=counter), x, y, counted)
         rows.append({"bucket_cap_mb": cap, "graphs": counter.graphs, **counted})
@@ -200,11 +205,11 @@ def inductor_cold_and_warm(args, x, y, eager):
     firsts = []
     for _ in ("cold", "warm"):
         torch._dynamo.reset()  # dynamo traces again; inductor may reuse what it wrote
-        ddp = DDP(build_model(args.layers, args.width), bucket_cap_mb=BUCKET_CAPS_MB[-1])
+        ddp = DDP(build_model(args.layers, args.width), bucket_cap_mb=INDUCTOR_CAP_MB)
         seconds, grads = iterations(torch.compile(ddp), x, y)
         firsts.append(seconds[0])
         del ddp
-    plain = DDP(build_model(args.layers, args.width), bucket_cap_mb=BUCKET_CAPS_MB[-1])
+    plain = DDP(build_model(args.layers, args.width), bucket_cap_mb=INDUCTOR_CAP_MB)
     eager_steps, _ = iterations(plain, x, y, times=3)  # the third: a step like any later one
     del plain
     return {
@@ -277,7 +282,8 @@ def print_report(result):
     )
     print(f"{'bucket_cap_mb':>13}{'buckets reduced':>17}{'graphs compiled':>17}")
     for row in result["graphs"]:
-        print(f"{row['bucket_cap_mb']:>13}{row['buckets']:>17}{row['graphs']:>17}")
+        cap = "default" if row["bucket_cap_mb"] is None else row["bucket_cap_mb"]
+        print(f"{cap:>13}{row['buckets']:>17}{row['graphs']:>17}")
     print("== orders ==")
     cap = BUCKET_CAPS_MB[0]
     print(f"bucket_cap_mb {cap}; gradients compared with eager DDP's and across the ranks")
@@ -291,7 +297,7 @@ def print_report(result):
     if inductor is None:
         return
     print("== inductor ==")
-    print(f"torch.compile(DDP(model)) with inductor, bucket_cap_mb {BUCKET_CAPS_MB[-1]}")
+    print(f"torch.compile(DDP(model)) with inductor, bucket_cap_mb {INDUCTOR_CAP_MB}")
     rows = [
         ("first iteration, empty cache", inductor["cold_s"]),
         ("first iteration, warm cache", inductor["warm_s"]),
@@ -305,11 +311,16 @@ def print_report(result):
 
 def check(result):
     """The claims the page makes from this run; the first that fails ends the script."""
-    small, large = result["graphs"]
+    small, large, default = result["graphs"]
     if small["graphs"] != small["buckets"]:
         return f"{small['graphs']} graphs for {small['buckets']} buckets of one layer each"
     if large["graphs"] >= small["graphs"]:
         return "a larger bucket cap did not give fewer graphs"
+    if default["graphs"] != default["buckets"]:
+        return f"at DDP's default cap, {default['graphs']} graphs for {default['buckets']} buckets"
+    # An explicit cap drops DDP's small first bucket (chapter 3); dynamo's cuts stay the same
+    if large["buckets"] >= default["buckets"] or large["graphs"] != default["graphs"]:
+        return "an explicit 25 MiB cap kept DDP's small first bucket, or changed the graphs"
     for row in result["orders"]:
         synced = "no DDP" not in row["order"]
         if synced and (row["grad_vs_eager"] != 0.0 or row["rank_diff"] != 0.0):

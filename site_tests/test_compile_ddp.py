@@ -49,14 +49,25 @@ def compiled(built_site):
     return result, text
 
 
-def test_one_graph_per_bucket_of_one_layer_and_more_graphs_than_buckets_at_the_default(
+def test_one_graph_per_bucket_of_one_layer_and_more_graphs_than_buckets_at_an_explicit_25(
     graphs_run,
 ):
     result = graphs_run
-    small, large = result["graphs"]
+    small, large = result["graphs"][:2]
     assert small == {"bucket_cap_mb": 1, "graphs": result["layers"], "buckets": result["layers"]}
     # the page: at 25 MiB every layer fits in one bucket, yet dynamo compiles more graphs
     assert large["bucket_cap_mb"] == 25 and large["buckets"] == 1 < large["graphs"]
+
+
+def test_dynamo_cuts_at_ddps_default_first_bucket_whether_or_not_a_cap_is_passed(graphs_run):
+    """Chapter 3: only DDP's defaults keep a small first bucket; an explicit 25 turns it off.
+    Dynamo hands DDPOptimizer DDP's cap alone, so its first graph is cut at the default 1 MiB
+    either way: the graphs match the buckets at the default, not at an explicit 25."""
+    explicit, default = result_rows = graphs_run["graphs"][1:]
+    assert [row["bucket_cap_mb"] for row in result_rows] == [25, None]
+    assert default["buckets"] == default["graphs"] > 1, "the default keeps a small first bucket"
+    assert explicit["graphs"] == default["graphs"], "the graphs do not see the explicit cap"
+    assert explicit["buckets"] < explicit["graphs"]
 
 
 def test_both_orders_give_eager_ddps_gradients_and_the_control_does_not(graphs_run):
@@ -106,6 +117,8 @@ def test_check_refuses_each_broken_claim(compiled):
 
     assert "graphs for" in broken(lambda r: r["graphs"][0].update(graphs=1))
     assert "fewer graphs" in broken(lambda r: r["graphs"][1].update(graphs=99))
+    assert "default cap" in broken(lambda r: r["graphs"][2].update(buckets=1))
+    assert "explicit" in broken(lambda r: r["graphs"][1].update(buckets=2))
     assert "differ" in broken(lambda r: r["orders"][1].update(grad_vs_eager=1e-3))
     assert "differ" in broken(lambda r: r["orders"][0].update(rank_diff=1e-3))
     assert "agree" in broken(lambda r: r["orders"][2].update(rank_diff=0.0))

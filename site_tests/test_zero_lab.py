@@ -130,6 +130,38 @@ def test_what_chapter_8_says_of_the_shares_and_of_fsdps_traffic(run):
             assert scattered / every == pytest.approx(1, rel=0.01)
 
 
+# What chapter 8's ZeRO-2 bullet says its traffic is, as a share of DDP's all-reduce.
+TRAFFIC_CLAIMS = {"half the traffic": 0.5, "the same traffic": 1.0, "twice the traffic": 2.0}
+
+
+def test_what_chapter_8_says_of_zero2s_traffic(run):
+    """ZeRO-2 trades DDP's all-reduce for a reduce-scatter of the gradients and, after each
+    rank's step, an all-gather of the updated parameters. The FSDP2 step measures both: its
+    reduce-scatter carries the model's gradients once, each of its two all-gather passes the
+    model's weights once. Together they are one all-reduce's two phases (chapter 2's ring):
+    the bullet must say what that ratio is."""
+    _, result = run
+    every = sum(t["bytes"] for t in result["parameters"])
+    ratios = []
+    for world in result["runs"]:
+        for r in world["ranks"]:
+            if not r["fsdp"]["supported"]:
+                continue
+            counted = r["fsdp"]["collectives"]
+            one_gather = counted["all_gather_single"]["bytes"] / 2  # forward, then backward
+            scattered = counted["reduce_scatter_single"]["bytes"]
+            ratios.append((scattered + one_gather) / (2 * every))  # all-reduce: both phases
+    if not ratios:
+        pytest.skip("no FSDP2 fully_shard in this release: nothing measured the two halves")
+    chapter = (ROOT / "docs" / "chapters" / "08-past-ddp.md").read_text(encoding="utf-8")
+    bullet = " ".join(chapter.split("- **ZeRO-2**", 1)[1].split("- **ZeRO-3**", 1)[0].split())
+    stated = [ratio for words, ratio in TRAFFIC_CLAIMS.items() if words in bullet]
+    assert len(stated) == 1, f"the ZeRO-2 bullet should name its traffic once: {bullet}"
+    for measured in ratios:
+        assert measured == pytest.approx(stated[0], rel=0.01), (measured, bullet)
+    assert "all-gather" in bullet, "the updated parameters still travel: an all-gather"
+
+
 def test_the_report_has_its_blocks_and_prints_the_measured_bytes(run):
     stdout, result = run
     blocks = re.findall(r"^== ([\w-]+) ==$", stdout, re.MULTILINE)
