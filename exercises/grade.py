@@ -1,10 +1,12 @@
-"""Grade the exercises: run their tests, print a scoreboard and the first failure of each.
+"""Grade the exercises: run their tests, print a scoreboard and every failing check of each.
 
     python grade.py                  every exercise in this folder
     python grade.py ex3              one exercise (ex3, 3 or ex3_bucketed_ddp)
     python grade.py --solutions      the solutions/ folder instead of your files
 
 It needs only torch and pytest. The exit status is 0 when every graded exercise is solved.
+Each failing check gets one line, in the order the tests run: each test file checks the
+building blocks before what is built from them, so the first line is the likeliest cause.
 For the whole story of a failure, run that exercise's tests with pytest, as its file says.
 """
 
@@ -60,7 +62,7 @@ def choose(names, known):
 
 
 class Scores:
-    """A pytest plugin that keeps, per test file, its outcomes, time and first failure."""
+    """A pytest plugin that keeps, per test file, its outcomes, time and failures."""
 
     def __init__(self):
         self.files = {}
@@ -76,15 +78,22 @@ class Scores:
             entry["passed"] += 1
         if report.failed:
             entry["failed"].append(report.nodeid.split("::", 1)[-1])
-            entry["failure"] = entry["failure"] or first_line(report)
+            note(entry, first_line(report))
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.entry(report)["failure"] = first_line(report)
+            note(self.entry(report), first_line(report))
 
 
 def blank():
-    return {"passed": 0, "failure": None, "failed": [], "s": 0.0}
+    return {"passed": 0, "failures": [], "failed": [], "s": 0.0}
+
+
+def note(entry, line):
+    """Keep a failure's line once: a module fixture that fails, fails each test that uses it
+    with the same words."""
+    if line not in entry["failures"]:
+        entry["failures"].append(line)
 
 
 def first_line(report):
@@ -112,13 +121,15 @@ def grade(numbers, known):
     rows = []
     for number in numbers:
         entry = scores.files.get(tests[number].name, blank())
-        solved = entry["failure"] is None and entry["passed"] > 0
+        solved = not entry["failures"] and entry["passed"] > 0
+        failures = [] if solved else entry["failures"] or ["no tests ran"]
         rows.append(
             {
                 "exercise": number,
                 "title": title(known[number]),
                 "solved": solved,
-                "first_failure": None if solved else entry["failure"] or "no tests ran",
+                "first_failure": failures[0] if failures else None,
+                "failures": failures,
                 "failed_tests": entry["failed"],
                 "seconds": round(entry["s"], 2),
             }
@@ -131,8 +142,9 @@ def scoreboard(rows):
     for row in rows:
         verdict = "solved" if row["solved"] else "not yet"
         lines.append(f"exercise {row['exercise']}  {row['title']:<32} {verdict}")
-        if not row["solved"]:
-            lines.append(f"    {row['first_failure']}")
+        # The likeliest cause first; what follows is often its echo in a later check.
+        lines += [f"    {failure}" for failure in row["failures"][:1]]
+        lines += [f"    also: {failure}" for failure in row["failures"][1:]]
     solved = sum(row["solved"] for row in rows)
     lines.append(f"\n{solved} of {len(rows)} solved")
     return "\n".join(lines)

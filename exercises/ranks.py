@@ -9,10 +9,12 @@ goes wrong and it raises RankFailed, whose first line says what happened in plai
     rank 0 raised NotImplementedError: exercise 1: ...
     rank 0 waited 10 s in exercise 1's all_reduce: a rank did not send
 
-and whose body holds every rank's traceback. The process group's timeout turns a learner's
-deadlock into an error inside the rank within `timeout_s`; a rank stuck outside torch is
-killed a few seconds later. Either way every rank is ended and the directory removed before
-run_ranks returns, so a test never hangs and leaves nothing behind.
+and whose body holds every rank's traceback. A test that knows more than a raw error, such as
+the parameter it concerns, raises Explained from it inside the rank: its words follow "rank 0 ".
+The process group's timeout turns a learner's deadlock into an error inside the rank within
+`timeout_s`; a rank stuck outside torch is killed a few seconds later. Either way every rank
+is ended and the directory removed before run_ranks returns, so a test never hangs and leaves
+nothing behind.
 
 load_exercise(NAME) imports the exercise file the tests grade: the one beside the tests,
 unless EXERCISES_FROM names another folder (the course's CI points it at solutions/).
@@ -39,6 +41,13 @@ PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
 
 class RankFailed(AssertionError):
     """A rank raised, waited too long, or died; the message says which and why."""
+
+
+class Explained(Exception):
+    """A learner's error retold by a test inside a rank, with what it concerns (a parameter's
+    name where torch's words print none). The words read after "rank N ", as in "raised
+    TypeError in average_gradients, where ..."; the original error is its __cause__, so the
+    traceback keeps torch's own."""
 
 
 def load_exercise(name):
@@ -105,7 +114,9 @@ def _rank_main(worker, rank, world_size, store, timeout_s, link):
         )
         report = ("ok", worker(rank, world_size))
     except BaseException as error:  # noqa: B036 (any failure must reach the test, then exit)
-        report = ("error", f"raised {type(error).__name__}: {error}", traceback.format_exc())
+        told = isinstance(error, Explained)
+        words = str(error) if told else f"raised {type(error).__name__}: {error}"
+        report = ("error", words, traceback.format_exc())
     # Reported before the process group goes away, so a cause arrives before its echoes.
     if report[0] == "error":
         link.send_bytes(pickle.dumps(report))

@@ -9,9 +9,11 @@ tied into two layers, and two heads. Rank r's rows go through head r, so on each
 head takes no part in the loss: its gradient is None there, and not on the other rank.
 """
 
+import math
+
 import pytest
 import torch
-from ranks import load_exercise, run_ranks
+from ranks import Explained, load_exercise, run_ranks
 
 exercise = load_exercise("ex2_naive_data_parallel")
 
@@ -86,11 +88,36 @@ def train(model, loss_of_step, step_hook):
     return {"start": start, "grads": first_grads, "end": state(model)}
 
 
+def trainable_without_grad(model):
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+
+
+def average_gradients_naming_none(model, rank):
+    """The learner's average_gradients; if it trips over a gradient that is None, say which.
+
+    torch's all_reduce(None) says only that it got a NoneType, and Python's `/=` on a None
+    names no parameter either; neither says why a gradient is None on this rank.
+    """
+    none = trainable_without_grad(model)
+    try:
+        exercise.average_gradients(model)
+    except (TypeError, AttributeError) as error:  # what torch and Python raise given a None
+        if not none:
+            raise
+        raise Explained(
+            f"raised {type(error).__name__} in average_gradients, where .grad is None for "
+            f"{', '.join(none)}: these parameters took no part in rank {rank}'s loss, but "
+            "another rank's loss used them. Give a gradient that is None zeros first "
+            "(torch.zeros_like(param)), so that every rank all-reduces every trainable "
+            f"parameter in the same order. The error itself: {' '.join(str(error).split())}"
+        ) from error
+
+
 def rank_worker(rank, world_size):
     model = Net(seed=rank)  # different weights and buffer on each rank until the broadcast
     exercise.broadcast_parameters(model)
     loss_of_step = lambda model, step: rank_loss(model, step, rank)  # noqa: E731
-    return train(model, loss_of_step, exercise.average_gradients)
+    return train(model, loss_of_step, lambda model: average_gradients_naming_none(model, rank))
 
 
 @pytest.fixture(scope="module")
@@ -119,23 +146,110 @@ def test_every_rank_starts_from_rank_0s_parameters_and_buffers(ranks, reference)
         )
 
 
+def unused_on_some_rank():
+    """The trainable parameters that some rank's loss leaves without a gradient: the heads."""
+    unused = set()
+    for rank in range(WORLD_SIZE):
+        model = Net(seed=0)
+        rank_loss(model, 0, rank).backward()
+        unused |= set(trainable_without_grad(model))
+    return unused
+
+
+def common_factor(grads, expected):
+    """c if every gradient here is c times its expected one (to rounding), else None."""
+    factors = []
+    for name, grad in grads.items():
+        want = expected[name]
+        if not want.any():
+            return None
+        factor = (grad * want).sum().item() / (want * want).sum().item()
+        if (grad - factor * want).abs().max().item() > 1e-9 * want.abs().max().item():
+            return None
+        factors.append(factor)
+    same = all(math.isclose(f, factors[0], rel_tol=1e-9) for f in factors)
+    return factors[0] if factors and same else None
+
+
+def scaled_words(factor):
+    """What a gradient off by one factor everywhere says about the division."""
+    if math.isclose(factor, WORLD_SIZE, rel_tol=1e-9):
+        return (
+            f"{WORLD_SIZE} times the full-batch gradient: dist.all_reduce sums over the "
+            f"{WORLD_SIZE} ranks, so divide the sum by dist.get_world_size() for the mean"
+        )
+    if math.isclose(factor, 1 / WORLD_SIZE, rel_tol=1e-9):
+        return (
+            f"1/{WORLD_SIZE} of the full-batch gradient: divided by the world size twice? "
+            "Divide all_reduce's sum by dist.get_world_size() once"
+        )
+    return (
+        f"{factor:.3g} times the full-batch gradient: the mean is all_reduce's sum divided by "
+        "dist.get_world_size(), once"
+    )
+
+
+def gradient_faults(rank, grads, expected, unused):
+    """What is wrong with one rank's gradients after average_gradients, likeliest cause first,
+    as (rank of likeliness, message): a gradient left None; every wrong one off by the same
+    factor (the division); wrong ones only where some rank has no gradient (skipped there,
+    so the ranks' all_reduces paired different parameters); anything else, as it is."""
+    none = [
+        (
+            0,
+            f"after average_gradients, rank {rank}'s gradient of {name} is None: it took no "
+            f"part in rank {rank}'s loss, but another rank's loss used it. Every rank must "
+            "all-reduce every trainable parameter, in the same order, so give a gradient that "
+            "is None zeros first",
+        )
+        for name, grad in grads.items()
+        if grad is None
+    ]
+    if none:
+        return none
+    off = {name: (grads[name] - want).abs().max().item() for name, want in expected.items()}
+    wrong = {name: difference for name, difference in off.items() if difference > 1e-12}
+    if not wrong:
+        return []
+    factor = common_factor({name: grads[name] for name in wrong}, expected)
+    if factor is not None:
+        which = (
+            f"every gradient on rank {rank}"
+            if len(wrong) == len(expected)
+            else f"rank {rank}'s gradient of {', '.join(wrong)}"
+        )
+        return [(1, f"after average_gradients in step 0, {which} is {scaled_words(factor)}")]
+    if set(wrong) <= unused:
+        return [
+            (
+                2,
+                f"after average_gradients in step 0, rank {rank}'s gradient of "
+                f"{', '.join(wrong)} differs from the full-batch gradient by up to "
+                f"{max(wrong.values()):.3g}, and these parameters, the only wrong ones, have "
+                "no gradient on some rank: skipping a gradient that is None pairs up different "
+                "parameters in the ranks' all_reduces, so give it zeros first",
+            )
+        ]
+    return [
+        (
+            3,
+            f"after average_gradients in step 0, rank {rank}'s gradient of {name} differs from "
+            f"the full-batch gradient by {difference:.3g}",
+        )
+        for name, difference in wrong.items()
+    ]
+
+
 def test_every_rank_steps_with_the_full_batch_gradient(ranks, reference):
-    for rank, report in enumerate(ranks):
-        for name, grad in report["grads"].items():
-            assert grad is not None, (
-                f"after average_gradients, rank {rank}'s gradient of {name} is None: it "
-                f"took no part in rank {rank}'s loss, but another rank's loss used it. Every "
-                "rank must all-reduce every trainable parameter, in the same order, so give a "
-                "gradient that is None zeros first"
-            )
-        for name, expected in reference["grads"].items():
-            grad = report["grads"][name]
-            difference = (grad - expected).abs().max().item()
-            assert difference <= 1e-12, (
-                f"after average_gradients in step 0, rank {rank}'s gradient of {name} differs "
-                f"from the full-batch gradient by {difference:.3g} (skipping a gradient that "
-                "is None pairs up different parameters in the ranks' all_reduces)"
-            )
+    unused = unused_on_some_rank()
+    faults = [
+        fault
+        for rank, report in enumerate(ranks)
+        for fault in gradient_faults(rank, report["grads"], reference["grads"], unused)
+    ]
+    # Every fault found, one a line, the likeliest cause first (sorted keeps rank order).
+    messages = [message for _, message in sorted(faults, key=lambda fault: fault[0])]
+    assert not messages, "\n".join(messages)
 
 
 def test_training_matches_the_full_batch_reference(ranks, reference):

@@ -2,10 +2,12 @@
 
 The model has what real ones have: a frozen layer, a buffer, and a weight tied into two
 layers; each rank builds it from a seed of its own, so only the wrapper's broadcast makes the
-replicas equal. First, two ranks build the learner's wrapper and report its state and the
-hooks it registered. Then, for each bucket cap, they train 5 SGD steps through it and through
-torch's DDP on the same data, and report the gradients, every all_reduce the wrapper launched
-(when, how many bytes, and whether asynchronously), and when each gradient was ready.
+replicas equal. First, plan_buckets alone, since everything else is built on it. Then two
+ranks build the learner's wrapper and report its state and the hooks it registered. Then,
+for each bucket cap, they train 5 SGD steps through it and through torch's DDP on the same
+data, and report the gradients (and each rank's own, before any reduction), every all_reduce
+the wrapper launched (when, how many bytes, and whether asynchronously), and when each
+gradient was ready.
 """
 
 import time
@@ -13,7 +15,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from ranks import load_exercise, run_ranks
+from ranks import Explained, load_exercise, run_ranks
 
 exercise = load_exercise("ex3_bucketed_ddp")
 
@@ -96,9 +98,6 @@ def sgd_step(model, rank, step):
                 param -= LR * param.grad
 
 
-# ---------------------------------------------------------------------------------------------
-# Construction: the state it leaves, and the hooks it registers
-# ---------------------------------------------------------------------------------------------
 def names_of(module):
     """{tensor id: how a message names it}, tied weights with both their names."""
     names = {}
@@ -107,6 +106,64 @@ def names_of(module):
     return names
 
 
+def named(names, params):
+    return ", ".join(names[id(param)] for param in params)
+
+
+def why_left_out(missing, params):
+    """What a plan that puts `missing` in no bucket likely forgot."""
+    # reversed(params) walks the model backwards, so the model's first parameters fill the
+    # bucket still open when the loop ends: the one a plan that forgets to add it drops.
+    if missing == params[: len(missing)]:
+        return "the last bucket is missing. After the loop, add the bucket still open too"
+    return "every trainable parameter belongs to one bucket"
+
+
+# ---------------------------------------------------------------------------------------------
+# plan_buckets, first: the wrapper is built on it, so a fault here is the likeliest cause of
+# every later failure
+# ---------------------------------------------------------------------------------------------
+def test_plan_buckets_puts_each_trainable_parameter_in_one_bucket():
+    model = Net(seed=0)
+    names, params = names_of(model), trainable(model)
+    for cap in CAPS:
+        buckets = exercise.plan_buckets(params, bucket_cap_bytes=cap)
+        placed = [id(param) for bucket in buckets for param in bucket]
+        missing = [param for param in params if id(param) not in placed]
+        assert not missing, (
+            f"plan_buckets(the model's trainable parameters, bucket_cap_bytes={cap}) put "
+            f"{named(names, missing)} in no bucket, so no all_reduce would ever reduce "
+            f"{'its' if len(missing) == 1 else 'their'} gradient: {why_left_out(missing, params)}"
+        )
+        twice = [param for param in params if placed.count(id(param)) > 1]
+        assert not twice, (
+            f"plan_buckets(the model's trainable parameters, bucket_cap_bytes={cap}) put "
+            f"{named(names, twice)} in more than one bucket: each belongs to exactly one"
+        )
+
+
+def test_a_bucket_holds_one_dtype():
+    """A flat buffer has one dtype, so a parameter of another dtype starts a new bucket."""
+    params = [
+        torch.nn.Parameter(torch.zeros(4, dtype=dtype))
+        for dtype in (torch.float64, torch.float32, torch.float64)
+    ]
+    buckets = exercise.plan_buckets(params, bucket_cap_bytes=10**6)
+    dtypes = [sorted({str(param.dtype) for param in bucket}) for bucket in buckets]
+    # Judged on the buckets as made: a parameter left out is the test above's to name.
+    mixed = any(len(kinds) > 1 for kinds in dtypes)
+    together = {id(params[0]), id(params[2])}  # the float64 ones, the float32 between them
+    joined = any(together <= {id(param) for param in bucket} for bucket in buckets)
+    assert not (mixed or joined), (
+        f"plan_buckets([float64, float32, float64 parameters], 10**6) made buckets of {dtypes}: "
+        "a bucket's flat buffer has one dtype, so a parameter of another dtype starts a new "
+        "bucket (three here, whatever the cap)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction: the state it leaves, and the hooks it registers
+# ---------------------------------------------------------------------------------------------
 def construct(rank, cap):
     """The wrapper's module state after construction, and how many hooks it put on what."""
     module, hooks = Net(seed=rank), {}
@@ -171,31 +228,40 @@ def test_one_hook_per_trainable_parameter(construction):
                 )
 
 
-def test_a_bucket_holds_one_dtype():
-    """A flat buffer has one dtype, so a parameter of another dtype starts a new bucket."""
-    params = [
-        torch.nn.Parameter(torch.zeros(4, dtype=dtype))
-        for dtype in (torch.float64, torch.float32, torch.float64)
-    ]
-    buckets = exercise.plan_buckets(params, bucket_cap_bytes=10**6)
-    dtypes = [sorted({str(param.dtype) for param in bucket}) for bucket in buckets]
-    assert len(buckets) == 3, (
-        f"plan_buckets([float64, float32, float64 parameters], 10**6) made buckets of {dtypes}: "
-        "a bucket's flat buffer has one dtype, so a parameter of another dtype starts a new "
-        "bucket (three here, whatever the cap)"
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # Training: against torch's DDP, with every all_reduce timed
 # ---------------------------------------------------------------------------------------------
+def hook_failure(error, name, step, names):
+    """Words for an error the wrapper's hook for `name` raised. A tensor among the error's
+    arguments (a KeyError's key) would print as its values: say which parameter it is."""
+    args = [names.get(id(a), "a tensor") if torch.is_tensor(a) else str(a) for a in error.args]
+    words = " ".join(" ".join(args).split())
+    if isinstance(error, KeyError) and args == [name]:  # a lookup by the parameter itself
+        words = f"nothing is kept under {name}: is it in no bucket?"
+    where = f"BucketedDataParallel's hook for {name}, in step {step}'s backward"
+    return f"raised {type(error).__name__} in {where}: {words}"
+
+
 def traced_steps(rank, cap):
-    """The learner's wrapper: gradients, all_reduce calls, gradient-ready times per step."""
+    """The learner's wrapper: gradients, all_reduce calls, gradient-ready times per step, and
+    each rank's own gradients, as autograd made them before the wrapper's hook saw them."""
     module = Net(seed=rank)
-    ready = []  # registered before the wrapper's hooks, so these run first for each parameter
+    names = names_of(module)
+    ready, own, hooked = [], {}, []
+
+    def before(param):  # registered before the wrapper's hooks: runs first for each parameter
+        ready.append(time.perf_counter_ns())
+        own[id(param)] = param.grad.clone()
+        hooked[:] = [names[id(param)]]
+
+    def after(param):  # registered after them: the wrapper's hook for `param` has returned
+        hooked.clear()
+
     for param in trainable(module):
-        param.register_post_accumulate_grad_hook(lambda p: ready.append(time.perf_counter_ns()))
+        param.register_post_accumulate_grad_hook(before)
     model = exercise.BucketedDataParallel(module, bucket_cap_bytes=cap)
+    for param in trainable(module):
+        param.register_post_accumulate_grad_hook(after)
     all_reduce, calls = dist.all_reduce, []
 
     def traced(tensor, *args, **kwargs):
@@ -215,9 +281,20 @@ def traced_steps(rank, cap):
         dist.all_reduce = traced
         try:
             sgd_step(model, rank, step)
+        except Exception as error:
+            if not hooked:  # not raised in the wrapper's hook: torch's words say enough
+                raise
+            raise Explained(hook_failure(error, hooked[0], step, names)) from error
         finally:
             dist.all_reduce = all_reduce
-        steps.append({"grads": flat_grads(module), "calls": list(calls), "last_ready": ready[-1]})
+        steps.append(
+            {
+                "grads": flat_grads(module),
+                "own": torch.cat([own[id(param)].flatten() for param in trainable(module)]),
+                "calls": list(calls),
+                "last_ready": ready[-1],
+            }
+        )
     return {"steps": steps, "end": state(module)}
 
 
@@ -241,11 +318,31 @@ def ranks():
     return run_ranks(rank_worker, WORLD_SIZE, "exercise 3's training steps", ddp=True)
 
 
+def never_reduced(model, ours, own, ddp):
+    """The parameters whose gradient is still this rank's own where DDP's mean differs."""
+    names, params = names_of(model), trainable(model)
+    sizes = [param.numel() for param in params]
+    pieces = zip(params, ours.split(sizes), own.split(sizes), ddp.split(sizes), strict=True)
+    return [
+        names[id(param)]
+        for param, mine, alone, mean in pieces
+        if torch.equal(mine, alone) and not torch.equal(alone, mean)
+    ]
+
+
 @pytest.mark.parametrize("cap", CAPS)
 def test_gradients_equal_torch_ddps(ranks, cap):
+    model = Net(seed=0)
     for rank, report in enumerate(ranks):
         mine = report["mine"][cap]["steps"]
         for step, (ours, ddp) in enumerate(zip(mine, report["ddp"]["grads"], strict=True)):
+            # The likeliest cause first: a gradient no all_reduce touched.
+            left = never_reduced(model, ours["grads"], ours["own"], ddp)
+            assert not left, (
+                f"with bucket_cap_bytes={cap}, rank {rank}'s gradient of {', '.join(left)} in "
+                f"step {step} was never reduced: it is still rank {rank}'s own. Every bucket's "
+                "all_reduce must be launched and waited for, the last bucket's too"
+            )
             difference = (ours["grads"] - ddp).abs().max().item()
             assert difference <= 1e-12, (
                 f"with bucket_cap_bytes={cap}, rank {rank}'s gradient in step {step} differs "

@@ -346,6 +346,40 @@ MUTANT_SETS = {
             )
         ],
     },
+    # Defects whose first message once named another cause (issue 30): see FIRST_LINES.
+    "seventh": {
+        # no zero-fill: the all_reduce of a gradient that is None
+        "ex2_naive_data_parallel.py": [
+            (
+                "        if param.grad is None:\n"
+                "            # Unused in this rank's loss, maybe used in another's. Every rank must"
+                " join the\n"
+                "            # same all_reduces in the same order, so this one adds zeros.\n"
+                "            param.grad = torch.zeros_like(param)\n",
+                "",
+            )
+        ],
+        # the last bucket never flushed: the bucket still open after the loop is dropped
+        "ex3_bucketed_ddp.py": [
+            ("    return buckets + [current] if current else buckets", "    return buckets")
+        ],
+    },
+    "eighth": {
+        # divided twice: before the sum and after it
+        "ex2_naive_data_parallel.py": [
+            (
+                "        dist.all_reduce(param.grad)  #",
+                "        param.grad /= dist.get_world_size()\n"
+                "        dist.all_reduce(param.grad)  #",
+            )
+        ],
+        # the last bucket never flushed, and hooks only on the parameters in a bucket: the
+        # first layer's gradient stays each rank's own
+        "ex3_bucketed_ddp.py": [
+            ("    return buckets + [current] if current else buckets", "    return buckets"),
+            ("        for param in params:\n", "        for param in self.bucket_of:\n"),
+        ],
+    },
 }
 
 RESUMES = {
@@ -363,7 +397,7 @@ EXPECTED = {
             "test_every_rank_steps_with_the_full_batch_gradient",
             "test_training_matches_the_full_batch_reference",
         },
-        "differs from the full-batch gradient",
+        "every gradient on rank 0 is 2 times the full-batch gradient",
     ),
     ("first", 3): (
         {f"test_first_all_reduce_starts_before_backward_finishes[{cap}]" for cap in (1000, 3000)},
@@ -406,6 +440,16 @@ EXPECTED = {
     ("fourth", 3): ({"*"}, "registered a hook on embed.weight, a frozen parameter"),
     ("fifth", 3): ({"*"}, "registered 2 hooks on middle.weight (tied to again.weight)"),
     ("sixth", 3): ({"*"}, "rank 1's shift (a buffer) differs from rank 0's"),
+    ("seventh", 2): ({"*"}, "where .grad is None for heads.0.weight, heads.0.bias"),
+    ("seventh", 3): ({"*"}, "put first.weight in no bucket"),
+    ("eighth", 2): (
+        {
+            "test_every_rank_steps_with_the_full_batch_gradient",
+            "test_training_matches_the_full_batch_reference",
+        },
+        "every gradient on rank 0 is 1/2 of the full-batch gradient",
+    ),
+    ("eighth", 3): ({"*"}, "put first.weight in no bucket"),
     ("first", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
     ("second", 8): (RESUMES, "not bit-identical to the uninterrupted run"),
     ("third", 8): (
@@ -476,6 +520,50 @@ def test_breaking_a_claim_fails_exactly_its_check(mutants, mutant_set, number):
     if failing != {"*"}:
         assert set(row["failed_tests"]) == failing
     assert words in row["first_failure"]
+
+
+# The first line a learner reads names the cause, not one it was once mistaken for; `later`:
+# words another failing check must say too (the grader reports every failing check).
+FIRST_LINES = {
+    # a sum where a mean belongs: no gradient is None, so no word of skipping one
+    ("first", 2): {
+        "names": ["2 times the full-batch gradient", "divide the sum by dist.get_world_size()"],
+        "not": ["skipping a gradient that is None"],
+    },
+    ("eighth", 2): {
+        "names": ["1/2 of the full-batch gradient", "divided by the world size twice"],
+        "not": ["skipping a gradient that is None"],
+    },
+    # a gradient that is None given to all_reduce: torch's TypeError names no parameter
+    ("seventh", 2): {
+        "names": ["rank 1 raised TypeError in average_gradients", "heads.0.weight", "zeros"],
+        "not": ["raised TypeError: Invalid function argument"],
+    },
+    # plan_buckets drops its last bucket: a dtype rule is not the cause
+    ("seventh", 3): {
+        "names": ["put first.weight in no bucket", "the last bucket"],
+        "not": ["dtype"],
+    },
+    ("eighth", 3): {
+        "names": ["put first.weight in no bucket", "the last bucket"],
+        "not": ["dtype"],
+        "later": ["rank 0's gradient of first.weight in step 0 was never reduced"],
+    },
+}
+
+
+@pytest.mark.teeth
+@pytest.mark.parametrize(("mutant_set", "number"), sorted(FIRST_LINES))
+def test_the_first_line_names_the_cause(mutants, mutant_set, number):
+    expected = FIRST_LINES[mutant_set, number]
+    row = mutants(mutant_set)[number]
+    first, later = row["first_failure"], "\n".join(row.get("failures", [])[1:])
+    for words in expected["names"]:
+        assert words in first, f"{words!r} is not in the first line: {first}"
+    for words in expected["not"]:
+        assert words not in first, f"{words!r} is in the first line: {first}"
+    for words in expected.get("later", []):
+        assert words in later, f"{words!r} is in no later failure:\n{later}"
 
 
 # ---------------------------------------------------------------------------------------------
