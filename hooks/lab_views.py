@@ -155,7 +155,8 @@ def source_view(context):
     fault injection, checkpoints) exists for the tests. So a section of an imported module
     that constructs DistributedDataParallel is shown first, and the script is folded after it;
     a script without such a section is itself shown first. A module that an earlier script on
-    the same page already embedded is linked to, not embedded again.
+    the same page already embedded is linked to, not embedded again; the machinery around the
+    labs (MACHINERY) is offered for download only.
     """
     script = context.run.script
     helpers = [path for path in context.run.sources if path != script]
@@ -166,6 +167,8 @@ def source_view(context):
 
     def download(path):
         return f"[`{relative(path)}`]({context.link(relative(path))}){{: download }}"
+
+    shown_helpers = [path for path in helpers if relative(path) not in MACHINERY]
 
     text = f"Download {download(script)}"
     if helpers:
@@ -188,7 +191,7 @@ def source_view(context):
     script_fence = fence("python", script.read_text(encoding="utf-8"), relative(script))
     text += folded(relative(script), script_fence) if first else script_fence
     again = []
-    for path in helpers:
+    for path in shown_helpers:
         if path in shown:
             again.append(path)
             continue
@@ -205,6 +208,12 @@ def source_view(context):
         )
         text += f"\nIt also imports {links}, shown with an earlier script on this page.\n"
     return f'<div markdown="1" {NOT_SEARCHED}>\n\n{text}\n</div>\n'
+
+
+# What every lab imports to be run, timed and recorded, and the failure gallery's harness: the
+# machinery around a lab, which a reader downloads with it but does not study. Shown in full, the
+# three modules and the harness took about 70 KB of the gallery page's 345 KB.
+MACHINERY = {"code/pace.py", "code/provenance.py", "code/lab_cli.py", "code/failures/harness.py"}
 
 
 # Which project modules each page has embedded so far in this build: {page uri: {path}}.
