@@ -345,7 +345,7 @@ def record_gpu(session):
     """Run every GPU lab on this GPU machine and write the records their pages embed.
 
     Uses the shared venv, or the interpreter given after `--` (a GPU node's own torch):
-    `nox -s record-gpu -- /usr/bin/python3`. About three minutes on one GPU.
+    `nox -s record-gpu -- /usr/bin/python3`.
     """
     python = session.posargs[0] if session.posargs else shared_venv(session)
     for name in GPU_RUNS:

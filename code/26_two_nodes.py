@@ -53,7 +53,7 @@ import uuid
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
-from netns import Cluster, Stopped, progress, run_guarded  # noqa: E402
+from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -61,7 +61,6 @@ OUTSIDER = HERE / "store_outsider.py"
 PREFIX = "ddp2n"  # every namespace and temp dir of a run is named ddp2n-PID-...
 RDZV_PORT = 29400  # private to each cluster's namespaces: parallel runs cannot collide
 SUBNETS = {"train": "198.18.1", "restart": "198.18.2", "trap": "198.18.3"}
-LOOPBACK_TRAP = "127.0.1.1"
 SHOWN_ENV = ("GLOO_SOCKET_IFNAME", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
 PARTS = ("train", "restart", "trap", "store")
 
@@ -204,7 +203,7 @@ class Job:
         log_path = self.tmp / f"{self.cluster.name}-{host}.log"
         self.logs[host] = log_path
         # node 1 maps its own name to loopback in every job, as Debian's /etc/hosts does
-        own = LOOPBACK_TRAP if host == "node1" else None
+        own = DEBIAN_OWN_ADDR if host == "node1" else None
         hosts_file = self.cluster.hosts_file(self.tmp, host, own_addr=own)
         with open(log_path, "w") as log:
             agent = self.cluster.start(host, self.argv, self.env, hosts_file, log, HERE.parent)
@@ -267,7 +266,7 @@ def loopback_error(text):
     """Gloo's own words about the address it could not reach, source path trimmed."""
     for line in text.splitlines():
         gloo = line.startswith("RuntimeError: Gloo connectFullMesh")
-        if gloo and LOOPBACK_TRAP in line:
+        if gloo and DEBIAN_OWN_ADDR in line:
             return re.sub(r"\[/\S+\] ", "", line.strip())
     return first_error(text)
 

@@ -58,7 +58,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
-from netns import Cluster, Stopped, progress, run_guarded  # noqa: E402
+from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
@@ -66,7 +66,6 @@ SCRIPTS = {"torchrun": HERE / "slurm" / "train-torchrun-gpu.sbatch"}
 SCRIPTS["srun"] = HERE / "slurm" / "train-srun-gpu.sbatch"
 NODE_ENV = HERE / "slurm" / "node-env.sh"  # the job scripts' tasks source it
 GPUS_PER_NODE = 4  # placeholders: what Slurm hands out, not what CUDA finds
-DEBIAN_OWN_NAME = "127.0.1.1"  # where Debian's /etc/hosts puts a machine's own name
 PREFIX = "ddpslurm"  # every namespace and temp dir of a run is named ddpslurm-PID-...
 SUBNET = "198.18.4"
 HOSTS = ("ctl", "node0", "node1")
@@ -256,7 +255,7 @@ class Slurm:
         """A daemon in the foreground on `host`, its output in log/HOST-NAME.out. A compute
         node's /etc/hosts maps its own name to 127.0.1.1, as Debian's does: the jobs must
         not take a node's interface from what its own name resolves to there."""
-        own = DEBIAN_OWN_NAME if host.startswith("node") else None
+        own = DEBIAN_OWN_ADDR if host.startswith("node") else None
         hosts_file = self.cluster.hosts_file(self.tmp, host, own_addr=own)
         with open(self.tmp / "log" / f"{host}-{argv[0]}.out", "w") as log:
             self.cluster.start(host, argv, self.env, hosts_file, log, self.tmp)

@@ -63,6 +63,9 @@ for ns in $(ip netns list | cut -d' ' -f1 | grep "^$1-"); do
 done
 rm -rf "$2"
 """
+# Where Debian's /etc/hosts puts a machine's own name: a host given it (hosts_file's own_addr)
+# resolves its own name to a loopback address, as many real machines do.
+DEBIAN_OWN_ADDR = "127.0.1.1"
 TEARDOWN_S = 10  # seconds, at pace's reference: killed daemons and ranks take well under 1
 
 
