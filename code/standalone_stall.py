@@ -1,0 +1,177 @@
+"""When this machine's own name does not resolve: torchrun's stall, and the two fixes that work.
+
+    sudo python standalone_stall.py                  # four launches of chapter 1's job
+    sudo python standalone_stall.py --json out.json  # the same, plus every result, as JSON
+
+torchrun's agent hosts the store its workers meet at, and it tells them where to find it by
+its own host name, `socket.getfqdn()`, whatever `--rdzv_endpoint` says. On a laptop whose name
+has no address (a Mac on a new network is the usual case), every worker retries that name,
+warning each time that its IPv6 address "cannot be retrieved", and the job never starts.
+
+This script starts chapter 1's first job (train_ddp.py, two processes) four ways on a host whose
+name cannot resolve: `--standalone`; c10d at an explicit 127.0.0.1 endpoint; the static
+rendezvous with `--master_addr=127.0.0.1`; and c10d with `--local-addr=127.0.0.1`, which
+replaces the agent's own name. A launch that keeps warning and starts no rank is stopped.
+
+Each launch runs in namespaces of its own (unshare, so it needs root): its own host name,
+`trainer.invalid`, which no resolver answers; a network with only loopback, so no lookup leaves
+the machine; a private /tmp for torchrun's logs; and its own process tree, which dies with it.
+"""
+
+import argparse
+import ctypes
+import json
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pace
+
+HERE = pathlib.Path(__file__).resolve().parent
+HOST = "trainer.invalid"  # .invalid is reserved (RFC 2606): no resolver ever answers for it
+WORKERS = 2
+STORE_PORT = 29400  # any port: each launch has a network of its own
+LAUNCHES = {
+    "standalone": ["--standalone"],
+    "c10d endpoint": ["--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{STORE_PORT}"],
+    "static": ["--master_addr=127.0.0.1", f"--master_port={STORE_PORT}"],
+    "c10d local-addr": [
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{STORE_PORT}",
+        "--local-addr=127.0.0.1",
+    ],
+}
+# The warning a worker prints each time it fails to look up the store's host. Three in a row,
+# and no rank started: stalled (it would go on retrying until the rendezvous times out).
+STALL = re.compile(r"\[c10d\] The IPv6 network addresses of \(.*\) cannot be retrieved.*")
+STALL_REPEATS = 3
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", type=pathlib.Path, help="also write every result to this file")
+    args = parser.parse_args()
+    if args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json: no folder {args.json.parent}")
+    return args
+
+
+def die_with_parent():
+    """In the child, before exec: the kernel kills it if this script dies, SIGKILL included.
+    Its own child (unshare --kill-child) then takes the launch's whole process tree along."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+def start(flags):
+    """torchrun with `flags`, in fresh namespaces where this host's name cannot resolve."""
+    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), *flags, f"--nproc_per_node={WORKERS}", str(HERE / "train_ddp.py")]
+    inside = (
+        f"ip link set lo up && hostname {HOST} && mount -t tmpfs lab-tmp /tmp && "
+        f"CHECKPOINT=/tmp/first_job.pt exec {subprocess.list2cmdline(command)}"
+    )
+    return subprocess.Popen(
+        ["unshare", "--uts", "--net", "--mount", "--pid", "--fork", "--kill-child"]
+        + ["sh", "-c", inside],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
+
+
+def launch(name, flags, deadline_s):
+    """Run one launch until it ends, stalls, or reaches its deadline; what it showed."""
+    started = time.monotonic()
+    process = start(flags)
+    lines, stalls = [], []
+
+    def read():
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if found := STALL.search(line):
+                stalls.append(found.group(0))
+                if len(stalls) >= STALL_REPEATS:
+                    process.kill()  # unshare: --kill-child ends the launch's whole tree
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = process.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = process.wait()
+    reader.join()
+    seconds = time.monotonic() - started
+    if len(stalls) >= STALL_REPEATS:
+        outcome = "stalled"
+    elif code == 0:
+        outcome = "completed"
+    else:
+        outcome = "failed" if seconds < deadline_s else "timed out"
+    return {
+        "name": name,
+        "command": f"torchrun {' '.join(flags)} --nproc_per_node={WORKERS} train_ddp.py",
+        "outcome": outcome,
+        "seconds": seconds,
+        "returncode": code,
+        "stall_warnings": stalls,
+        "job_lines": [line for line in lines if job_line(line)],
+    }
+
+
+def job_line(line):
+    """What train_ddp.py printed, without torchrun's and c10d's log lines around it."""
+    return not re.match(r"\[?[WIE]\d{4} |\*{5}|\s*$", line) and "OMP_NUM_THREADS" not in line
+
+
+def report(result):
+    print(f"host name {result['host']}, socket.getfqdn() -> {result['fqdn']}")
+    for run in result["launches"]:
+        print(f"\n$ {run['command']}")
+        for warning in run["stall_warnings"][:1]:
+            print(f"  {warning}")
+        if run["outcome"] == "stalled":
+            print(
+                f"  ... {len(run['stall_warnings'])} such warnings in {run['seconds']:.1f} s, "
+                "no rank started: stalled, stopped"
+            )
+        else:
+            for line in run["job_lines"][-2:]:
+                print(f"  {line}")
+            print(f"  {run['outcome']} in {run['seconds']:.1f} s")
+
+
+def main():
+    args = parse_args()
+    deadline_s = pace.limit(60)
+    result = {"host": HOST, "workers": WORKERS, "launches": []}
+    result["fqdn"] = subprocess.run(
+        [
+            "unshare",
+            "--uts",
+            "--net",
+            "sh",
+            "-c",
+            f"hostname {HOST} && {sys.executable} -c 'import socket; print(socket.getfqdn())'",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=deadline_s,
+    ).stdout.strip()
+    for name, flags in LAUNCHES.items():
+        result["launches"].append(launch(name, flags, deadline_s))
+    report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

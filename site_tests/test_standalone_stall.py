@@ -1,0 +1,128 @@
+"""code/standalone_stall.py: torchrun on a host whose own name does not resolve.
+
+The lab's record (the build's, shared with this session) must show the stall the course warns
+of and both fixes it recommends working: `--standalone` and c10d at a 127.0.0.1 endpoint stall
+on the host's name, the static rendezvous and c10d with `--local-addr` complete. Every page
+that prescribes a fix for the stall must prescribe flags of a launch that completed in that
+record (chapter 6's table once prescribed the c10d endpoint, which stalls). Killed with
+SIGKILL mid-launch, the lab must leave no process behind.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from site_tests.conftest import ROOT, pace
+
+IS_ROOT = os.geteuid() == 0
+STALL_RUN = "standalone-stall"
+# Where a page prescribes a fix for the stall: the failure table's row, the cheat sheet's
+# one-node block, chapter 5's section. Each (page, the text that locates the advice).
+ADVICE = [
+    ("docs/chapters/06-debugging.md", re.compile(r"^\|[^\n]*IPv6[^\n]*$", re.MULTILINE)),
+    ("docs/cheatsheet.md", re.compile(r"^# [^\n]*stalls?[^\n]*\n(?:[^\n]+\n)+", re.MULTILINE)),
+    ("docs/cheatsheet.md", re.compile(r"^`--standalone` ignores.*?\n\n", re.DOTALL | re.MULTILINE)),
+    ("docs/chapters/05-launching.md", re.compile(r"Two launches do work.*?\n\n", re.DOTALL)),
+]
+FLAG = re.compile(r"--[a-z_-]+(?:=[\w.:<>]+)?")
+RENDEZVOUS_FLAGS = {
+    "--standalone",
+    "--rdzv_backend",
+    "--rdzv_endpoint",
+    "--master_addr",
+    "--master_port",
+    "--local-addr",
+}
+
+
+def outcomes(record):
+    return {run["name"]: run["outcome"] for run in record["result"]["launches"]}
+
+
+def test_the_stall_and_both_fixes_are_what_the_run_shows(lab_record):
+    record = lab_record(STALL_RUN)
+    assert record["result"]["fqdn"] == record["result"]["host"], "the host's name resolved"
+    assert outcomes(record) == {
+        "standalone": "stalled",
+        "c10d endpoint": "stalled",
+        "static": "completed",
+        "c10d local-addr": "completed",
+    }
+    for run in record["result"]["launches"]:
+        if run["outcome"] == "stalled":  # the workers were sent to the host's name
+            assert all(record["result"]["host"] in line for line in run["stall_warnings"])
+        else:
+            assert any("reloaded it" in line for line in run["job_lines"]), run["job_lines"]
+
+
+def prescribed(text):
+    """The rendezvous flags that `text` names, without their values."""
+    return {flag.split("=")[0] for flag in FLAG.findall(text)} & RENDEZVOUS_FLAGS
+
+
+def fixes(advice):
+    """Each launch a piece of advice prescribes: a code span naming two rendezvous flags or
+    more, or, in a command block, the whole command (comment lines aside)."""
+    spans = [prescribed(span) for span in re.findall(r"`([^`\n]+)`", advice)]
+    if not re.search(r"`[^`\n]+`", advice):
+        command = "\n".join(line for line in advice.splitlines() if not line.startswith("#"))
+        spans = [prescribed(command)]
+    return [span for span in spans if len(span) >= 2]
+
+
+def test_every_page_prescribes_a_fix_that_completed(lab_record):
+    launches = lab_record(STALL_RUN)["result"]["launches"]
+    worked = [prescribed(run["command"]) for run in launches if run["outcome"] == "completed"]
+    stalled = [prescribed(run["command"]) for run in launches if run["outcome"] == "stalled"]
+    for page, where in ADVICE:
+        found = where.search((ROOT / page).read_text(encoding="utf-8"))
+        assert found, f"{page}: no advice for the stall where the test looks"
+        named = fixes(found.group(0))
+        assert named, f"{page}: the advice names no launch"
+        for fix in named:
+            assert fix in worked, (
+                f"{page} prescribes {sorted(fix)}, which "
+                + ("stalled" if fix in stalled else "no launch ran")
+                + f" in the lab; these completed: {worked}"
+            )
+
+
+def launch_processes(marker):
+    """PIDs whose command line holds `marker`."""
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_text():
+                pids.append(int(entry.name))
+        except OSError:  # gone while we looked
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the lab needs root for its namespaces")
+def test_sigkill_mid_launch_leaves_no_process(tmp_path):
+    for name in ("standalone_stall.py", "train_ddp.py", "pace.py"):
+        shutil.copy(ROOT / "code" / name, tmp_path / name)
+    lab = subprocess.Popen(
+        [sys.executable, str(tmp_path / "standalone_stall.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    marker = str(tmp_path / "train_ddp.py")
+    deadline = time.monotonic() + pace.limit(30)
+    while not launch_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert launch_processes(marker), "no launch started within the limit"
+    lab.send_signal(signal.SIGKILL)
+    lab.wait()
+    while (left := launch_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes outlived the lab: {left}"
