@@ -20,6 +20,7 @@ the machine; a private /tmp for torchrun's logs; and its own process tree, which
 
 import argparse
 import ctypes
+import importlib.metadata
 import json
 import pathlib
 import re
@@ -170,8 +171,13 @@ def main():
         result["launches"].append(launch(name, flags, deadline_s))
     report(result)
     if args.json:
+        from provenance import machine_facts  # the torch this lab's launches ran, not imported
+
+        result["env"] = machine_facts(importlib.metadata.version("torch"))
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    # A launch that neither completed nor stalled on the name went wrong in a way not taught here.
+    return 0 if all(run["outcome"] in ("completed", "stalled") for run in result["launches"]) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
