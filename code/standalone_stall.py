@@ -3,15 +3,17 @@
     sudo python standalone_stall.py                  # four launches of chapter 1's job
     sudo python standalone_stall.py --json out.json  # the same, plus every result, as JSON
 
-torchrun's agent hosts the store its workers meet at, and it tells them where to find it by
-its own host name, `socket.getfqdn()`, whatever `--rdzv_endpoint` says. On a laptop whose name
-has no address (a Mac on a new network is the usual case), every worker retries that name,
-warning each time that its IPv6 address "cannot be retrieved", and the job never starts.
+torchrun's agent hosts the store its workers meet at, and it names that store by its own host
+name, `socket.getfqdn()`, whatever `--rdzv_endpoint` says. On a laptop whose name has no
+address (a Mac on a new network is the usual case), the agent's own first connection to that
+store retries the name, warning each time that its IPv6 addresses "cannot be retrieved", and
+no worker is ever started.
 
 This script starts chapter 1's first job (train_ddp.py, two processes) four ways on a host whose
 name cannot resolve: `--standalone`; c10d at an explicit 127.0.0.1 endpoint; the static
 rendezvous with `--master_addr=127.0.0.1`; and c10d with `--local-addr=127.0.0.1`, which
-replaces the agent's own name. A launch that keeps warning and starts no rank is stopped.
+replaces the agent's own name. A launch that keeps warning is stopped, and the script
+says how many workers it had started by then.
 
 Each launch runs in namespaces of its own (unshare, so it needs root): its own host name,
 `trainer.invalid`, which no resolver answers; a network with only loopback, so no lookup leaves
@@ -93,12 +95,15 @@ def launch(name, flags, deadline_s):
     process = start(flags)
     lines, stalls = [], []
 
+    workers = []
+
     def read():
         for line in process.stdout:
             lines.append(line.rstrip("\n"))
             if found := STALL.search(line):
                 stalls.append(found.group(0))
-                if len(stalls) >= STALL_REPEATS:
+                if len(stalls) == STALL_REPEATS:
+                    workers.extend(workers_under(process.pid))
                     process.kill()  # unshare: --kill-child ends the launch's whole tree
 
     reader = threading.Thread(target=read, daemon=True)
@@ -123,8 +128,25 @@ def launch(name, flags, deadline_s):
         "seconds": seconds,
         "returncode": code,
         "stall_warnings": stalls,
+        "workers_when_stopped": len(workers) if outcome == "stalled" else None,
         "job_lines": [line for line in lines if job_line(line)],
     }
+
+
+def workers_under(pid):
+    """The PIDs of the workers below `pid`: the processes torchrun started (read from /proc)."""
+    found, todo = [], [(pid, False)]
+    while todo:
+        parent, is_worker = todo.pop()
+        try:
+            children = pathlib.Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+            argv = pathlib.Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended while we looked
+            continue
+        found += [parent] if is_worker else []
+        is_agent = len(argv) > 1 and argv[1].endswith(b"torchrun")
+        todo += [(int(child), is_agent) for child in children]
+    return found
 
 
 def job_line(line):
@@ -140,8 +162,8 @@ def report(result):
             print(f"  {warning}")
         if run["outcome"] == "stalled":
             print(
-                f"  ... {len(run['stall_warnings'])} such warnings in {run['seconds']:.1f} s, "
-                "no rank started: stalled, stopped"
+                f"  ... {len(run['stall_warnings'])} such warnings in {run['seconds']:.1f} s; "
+                f"workers started: {run['workers_when_stopped']}. Stalled, stopped."
             )
         else:
             for line in run["job_lines"][-2:]:

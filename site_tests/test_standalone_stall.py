@@ -56,8 +56,9 @@ def test_the_stall_and_both_fixes_are_what_the_run_shows(lab_record):
         "c10d local-addr": "completed",
     }
     for run in record["result"]["launches"]:
-        if run["outcome"] == "stalled":  # the workers were sent to the host's name
+        if run["outcome"] == "stalled":  # the agent sought its own store by the host's name
             assert all(record["result"]["host"] in line for line in run["stall_warnings"])
+            assert run["workers_when_stopped"] == 0, "chapter 5 says no worker is started"
         else:
             assert any("reloaded it" in line for line in run["job_lines"]), run["job_lines"]
 
@@ -95,15 +96,24 @@ def test_every_page_prescribes_a_fix_that_completed(lab_record):
 
 
 def launch_processes(marker):
-    """PIDs whose command line holds `marker`."""
-    pids = []
+    """{PID: command line} of the processes whose command line holds `marker`."""
+    found = {}
     for entry in pathlib.Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker in (entry / "cmdline").read_text():
-                pids.append(int(entry.name))
+            if entry.name.isdigit() and marker in (line := (entry / "cmdline").read_text()):
+                found[int(entry.name)] = line.split("\0")
         except OSError:  # gone while we looked
             continue
-    return pids
+    return found
+
+
+def agents(marker):
+    """The launch's torchrun: the agent, whose workers a stalled launch never starts."""
+    return [
+        pid
+        for pid, argv in launch_processes(marker).items()
+        if any(arg.endswith("torchrun") for arg in argv)
+    ]
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the lab needs root for its namespaces")
@@ -118,9 +128,10 @@ def test_sigkill_mid_launch_leaves_no_process(tmp_path):
     )
     marker = str(tmp_path / "train_ddp.py")
     deadline = time.monotonic() + pace.limit(30)
-    while not launch_processes(marker) and time.monotonic() < deadline:
+    while not agents(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert launch_processes(marker), "no launch started within the limit"
+    assert agents(marker), "no launch started torchrun within the limit"
+    time.sleep(1)  # into the launch: the agent is importing torch, its threads starting
     lab.send_signal(signal.SIGKILL)
     lab.wait()
     while (left := launch_processes(marker)) and time.monotonic() < deadline:
