@@ -248,7 +248,7 @@ def report(r):
         *lab.correctness_lines(r),
         f"all_reduce 4 MiB: {ar['seconds'] * 1e3:.2f} ms, algbw {ar['algbw_GBps']:.2f} GB/s,"
         f" busbw {ar['busbw_GBps']:.2f} GB/s = {r['busbw_over_memcpy']:.3f} x memcpy"
-        f" ({copy['GBps']:.1f} GB/s, read + write)",
+        f" ({copy['GBps']:.1f} GB/s, each byte counted once)",
     ]
     if "sweep" in r:
         first, last = r["sweep"][0]["bytes"], r["sweep"][-1]["bytes"]

@@ -29,6 +29,8 @@ The --json file (one object):
   world_size, backend, layers, width, batch, bucket_cap_mb, warmup, iterations
   parameters         [{name, layer, bytes}] in model.parameters() order
   first_iteration_buckets   how many buckets DDP used on its very first backward
+  first_iteration    that backward, as a run of ddp.runs below: the order its gradients
+                      became ready, from which DDP rebuilds the buckets, and its buckets
   ddp                {runs: [{ready: {name: s}, buckets: [{index, params, bytes, launch_s,
                       done_s}], step_s}], shown: index into runs}
   naive              {runs: [{ready, allreduces: [{param, bytes, launch_s, done_s}],
@@ -219,7 +221,7 @@ def rank_worker(rank, world_size, run_dir, args):
             ddp_run = ddp_backward(ddp, ddp_timeline, x, y)
             naive_run = naive_backward(plain, naive_timeline, x, y, world_size)
             if it == 0:
-                first_buckets = len(ddp_run["buckets"])
+                first_run = ddp_run  # the buckets DDP starts with, before any rebuild
             if it >= args.warmup:
                 ddp_runs.append(ddp_run)
                 naive_runs.append(naive_run)
@@ -234,7 +236,8 @@ def rank_worker(rank, world_size, run_dir, args):
             ]
             measured = {
                 "parameters": parameters,
-                "first_iteration_buckets": first_buckets,
+                "first_iteration_buckets": len(first_run["buckets"]),
+                "first_iteration": first_run,
                 "ddp": {"runs": ddp_runs, "shown": median_index(ddp_runs)},
                 "naive": {"runs": naive_runs, "shown": median_index(naive_runs)},
                 "grad_max_abs_diff": diff,

@@ -22,7 +22,10 @@ exact rational arithmetic. Then, unless --no-real, it spawns p processes that ru
 all_reduce and reduce_scatter with gloo on the same integers, and checks that every rank's
 all_reduce answer equals the simulation's and that the chunk torch's reduce_scatter gives rank
 j equals the simulation's complete chunk j, element for element (integers, so equality is
-exact). A mismatch exits with status 1.
+exact). The same processes then take a tour of every collective in the module page's table
+(broadcast, reduce, all_gather, ..., scatter) on small integers, recording what each rank
+passed and held afterwards, for the page's figure, and check it against the table. A
+mismatch exits with status 1.
 
 The --json file (one object):
   ranks, elements, element_bytes, tensor_bytes (S), chunk_elements
@@ -35,7 +38,11 @@ The --json file (one object):
   bytes_sent             [rank]: bytes each rank sent in all
   ring_formula_bytes     2(p-1)S/p as {numerator, denominator}
   real                   null with --no-real, else {backend, world_size, seconds,
-                          all_reduce: [rank][element], reduce_scatter: [rank][element]}
+                          all_reduce: [rank][element], reduce_scatter: [rank][element],
+                          tour: {call: {root, before, after}}}; tour is every collective of
+                          the module page's table, in its order, run once on buffers whose
+                          chunk j on rank r holds 10r + j: per rank, p slots (null: not in
+                          that rank's tensor), or null where the rank passes or gets none
   checks                 {name: bool}; verdict "PASS" or "FAIL"
   env                    provenance.machine_facts()
 """
@@ -183,11 +190,91 @@ def rank_worker(rank, world_size, run_dir, inputs, timeout_s):
         # torch 2.13 names it reduce_scatter_single; older releases, reduce_scatter_tensor.
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         scatter(shard, mine, op=dist.ReduceOp.SUM)
-        answer = {"all_reduce": reduced.tolist(), "reduce_scatter": shard.tolist()}
+        answer = {
+            "all_reduce": reduced.tolist(),
+            "reduce_scatter": shard.tolist(),
+            "tour": collectives_tour(rank, world_size, dist, torch, scatter),
+        }
         with open(os.path.join(run_dir, f"rank{rank}.json"), "w") as file:
             json.dump(answer, file)
     finally:
         dist.destroy_process_group()
+
+
+def tour_inputs(p):
+    """The tour's buffers: chunk j of rank r holds 10 r + j (100 r + j past ten ranks)."""
+    base = 10 if p <= 10 else 100
+    return [[base * r + j for j in range(p)] for r in range(p)]
+
+
+def collectives_tour(rank, p, dist, torch, reduce_scatter):
+    """Every collective of chapter 2's table once, on small integers: what this rank passed
+    and what it held afterwards, each as p slots, one per chunk (None: not in its tensor).
+
+    A tensor of one chunk sits in the slot of its chunk index, this rank's own: what
+    all_gather and gather take from rank r is its chunk r, and what reduce_scatter and
+    scatter leave on rank r is chunk r. A rank that passes or gets no tensor has None.
+    Roots (broadcast's and scatter's source, reduce's and gather's destination) are rank 0.
+    """
+    mine = tour_inputs(p)[rank]
+
+    def buffer():
+        return torch.tensor(mine, dtype=torch.int64)
+
+    def one(value):
+        return [value if j == rank else None for j in range(p)]
+
+    def whole(tensors):
+        return torch.cat(tensors).tolist()
+
+    tour = {}
+    t = buffer()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    tour["all_reduce"] = (mine, t.tolist())
+    t = buffer()
+    dist.broadcast(t, src=0)
+    tour["broadcast"] = (mine, t.tolist())
+    t = buffer()
+    dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)
+    tour["reduce"] = (mine, t.tolist() if rank == 0 else None)  # off the root: unspecified
+    own = torch.tensor([mine[rank]], dtype=torch.int64)
+    parts = [torch.empty(1, dtype=torch.int64) for _ in range(p)]
+    dist.all_gather(parts, own)
+    tour["all_gather"] = (one(mine[rank]), whole(parts))
+    shard = torch.empty(1, dtype=torch.int64)
+    reduce_scatter(shard, buffer(), op=dist.ReduceOp.SUM)
+    tour["reduce_scatter"] = (mine, one(shard.item()))
+    t = torch.empty(p, dtype=torch.int64)
+    dist.all_to_all_single(t, buffer())
+    tour["all_to_all"] = (mine, t.tolist())
+    parts = [torch.empty(1, dtype=torch.int64) for _ in range(p)] if rank == 0 else None
+    dist.gather(own, gather_list=parts, dst=0)
+    tour["gather"] = (one(mine[rank]), whole(parts) if rank == 0 else None)
+    t = torch.empty(1, dtype=torch.int64)
+    chunks = list(buffer().split(1)) if rank == 0 else None
+    dist.scatter(t, scatter_list=chunks, src=0)
+    tour["scatter"] = (mine if rank == 0 else None, one(t.item()))
+    return {call: {"before": before, "after": after} for call, (before, after) in tour.items()}
+
+
+def expected_tour(p):
+    """What chapter 2's table says each rank holds after each call, worked out in plain Python."""
+    x = tour_inputs(p)
+    column = [sum(x[q][j] for q in range(p)) for j in range(p)]
+
+    def one(r, value):
+        return [value if j == r else None for j in range(p)]
+
+    return {
+        "all_reduce": [column for r in range(p)],
+        "broadcast": [x[0] for r in range(p)],
+        "reduce": [column if r == 0 else None for r in range(p)],
+        "all_gather": [[x[q][q] for q in range(p)] for r in range(p)],
+        "reduce_scatter": [one(r, column[r]) for r in range(p)],
+        "all_to_all": [[x[q][r] for q in range(p)] for r in range(p)],
+        "gather": [[x[q][q] for q in range(p)] if r == 0 else None for r in range(p)],
+        "scatter": [one(r, x[0][r]) for r in range(p)],
+    }
 
 
 def real_collectives(inputs, timeout_s):
@@ -208,6 +295,15 @@ def real_collectives(inputs, timeout_s):
         "world_size": p,
         "all_reduce": [answer["all_reduce"] for answer in answers],
         "reduce_scatter": [answer["reduce_scatter"] for answer in answers],
+        # chapter 2's tour: per call, what every rank passed and held afterwards
+        "tour": {
+            call: {
+                "root": None if call.startswith(("all_", "reduce_")) else 0,
+                "before": [answer["tour"][call]["before"] for answer in answers],
+                "after": [answer["tour"][call]["after"] for answer in answers],
+            }
+            for call in answers[0]["tour"]
+        },
         "seconds": round(time.perf_counter() - clock, 3),
     }
 
@@ -248,6 +344,9 @@ def main(argv=None):
         checks["real_reduce_scatter_equals_simulation"] = real["reduce_scatter"] == [
             done["values"] for done in after_rs
         ]
+        checks["real_collectives_leave_what_chapter_2_says"] = {
+            call: entry["after"] for call, entry in real["tour"].items()
+        } == expected_tour(p)
 
     print(
         f"Ring all_reduce, p = {p} ranks, {n} int64 elements each (S = {tensor_bytes} B), "

@@ -1,19 +1,24 @@
-"""Figure views: the ring all_reduce as a step-through figure, and DDP's measured overlap.
+"""Figure views: the ring all_reduce as a step-through figure, DDP's measured overlap, and
+the kit every other figure is drawn with.
 
     <!-- lab:ring:ring -->          every step of code/ring_allreduce.py's simulation, one panel
                                     per step, with Previous/Next (assets/javascripts/stepper.js)
     <!-- lab:overlap:overlap -->    code/ddp_overlap.py's timeline: DDP against naive, as bars
+    <!-- figure:NAME -->            a figure drawn from code alone, registered with @drawing
 
-Both draw inline SVG from the lab's record at build time. Inline, not as <img> files, so that
-the drawing takes its colours from the page: the CSS in assets/stylesheets/extra.css points the
-classes below at Material's palette variables, and the figures follow the light/dark toggle.
-The presentation attributes are the fallback when that stylesheet is missing. Every SVG is
-role="img" with a text alternative made from the same numbers it draws.
+All draw inline SVG at build time, from a lab's record or from code. Inline, not as <img>
+files, so that the drawing takes its colours from the page: the CSS in
+assets/stylesheets/extra.css points the classes below at Material's palette variables, and the
+figures follow the light/dark toggle. The presentation attributes are the fallback when that
+stylesheet is missing. Every SVG is role="img" with a text alternative made from the same
+numbers it draws.
 """
 
 import html
+import re
 
-from lab_views import view
+from lab_views import LEGIBLE_PX, PHONE_COLUMN_PX, view
+from mkdocs.exceptions import PluginError
 
 ESC = html.escape
 ACCENT, PRIMARY = "#3f51b5", "#bf360c"  # fallbacks: indigo, and extra.css's deep orange
@@ -27,11 +32,6 @@ def svg_open(width, height, labelled_by, css_class, font_size):
         f'xmlns="http://www.w3.org/2000/svg" font-size="{font_size}" text-anchor="middle" '
         'dominant-baseline="central" fill="currentColor">'
     )
-
-
-# The smallest text a figure may render at, in CSS pixels, on any screen, and the width of
-# the content column on a 390 px phone.
-LEGIBLE_PX, PHONE_COLUMN_PX = 10, 358
 
 
 def scroll_box(inner, width, font_size, label):
@@ -58,6 +58,52 @@ def key(entries):
         for swatch, words in entries
     )
     return f'<ul class="fig-key">{items}</ul>'
+
+
+def diagram(uid, body, *, width, height, font_size, alt, caption, key_entries=(), label):
+    """A complete figure: the SVG (`body` drawn in a `width` x `height` box, its smallest text
+    `font_size` units), its key, and its caption, in one <figure>.
+
+    `alt` is the text alternative, read by a screen reader in place of the drawing: the
+    figure in words, with every number it draws. `label` names the scroll box.
+    """
+    svg = (
+        svg_open(width, height, f"{uid}-alt", "fig-diagram", font_size)
+        + f'<title id="{uid}-alt">{ESC(alt)}</title>'
+        + body
+        + "</svg>"
+    )
+    return (
+        f'<figure class="fig-figure" id="{uid}">'
+        + scroll_box(svg, width, font_size, label)
+        + (key(key_entries) if key_entries else "")
+        + f"<figcaption>{ESC(caption)}</figcaption></figure>\n"
+    )
+
+
+# Figures drawn from code alone, by name: `<!-- figure:NAME -->` on a line of its own.
+FIGURE_MARKER = re.compile(r"^<!-- figure:(?P<name>[\w-]+) -->$", re.MULTILINE)
+DRAWINGS = {}
+
+
+def drawing(name):
+    """Register `function() -> HTML` as the figure `<!-- figure:NAME -->` shows."""
+
+    def register(function):
+        DRAWINGS[name] = function
+        return function
+
+    return register
+
+
+def render_drawings(markdown, page_uri):
+    def replace(match):
+        if match["name"] not in DRAWINGS:
+            known = sorted(DRAWINGS)
+            raise PluginError(f"{page_uri}: unknown figure {match['name']!r} (known: {known})")
+        return DRAWINGS[match["name"]]()
+
+    return FIGURE_MARKER.sub(replace, markdown)
 
 
 def arrowhead(marker_id):
@@ -524,7 +570,15 @@ def overlap_view(context):
     in_flight = covered(comm_intervals(ddp))
     hidden = covered(comm_intervals(ddp), until=last_ready)
     naive_comm = naive["step_s"] - naive["allreduces"][0]["launch_s"]
-    figure = f'<figure class="fig-overlap">{overlap_figure(result, uid)}</figure>\n'
+    caption = (
+        f"One measured iteration on rank 0 of {result['world_size']}: DDP launches a "
+        "bucket's all_reduce as soon as the bucket's gradients are ready, while backward goes "
+        "on with earlier layers; the naive loop starts its all_reduces once backward returns."
+    )
+    figure = (
+        f'<figure class="fig-overlap">{overlap_figure(result, uid)}'
+        f"<figcaption>{ESC(caption)}</figcaption></figure>\n"
+    )
     summary = (
         f"In the iteration drawn, DDP had an all_reduce in flight for {in_flight * 1e3:.1f} ms, "
         f"{100 * hidden / in_flight:.0f} % of it before the last gradient was ready, and its "

@@ -299,7 +299,10 @@ def results_view(context):
             "4 MiB all_reduce: algbw / busbw",
             f"{allreduce['algbw_GBps']:.2f} / {allreduce['busbw_GBps']:.2f} GB/s",
         ),
-        ("4 MiB memory copy (`copy_`) on the same machine", f"{memcpy['GBps']:.2f} GB/s"),
+        (
+            "4 MiB memory copy (`copy_`) on the same machine, each byte copied counted once",
+            f"{memcpy['GBps']:.2f} GB/s",
+        ),
         ("busbw as a fraction of the memory copy", f"{result['busbw_over_memcpy']:.3f}"),
     ]
     table = "\n".join(f"| {label} | {value} |" for label, value in rows)
@@ -336,9 +339,13 @@ def sweep_dark_uri(name):
     return f"assets/labs/{name}/allreduce-sweep-dark.svg"
 
 
+# The smallest text a figure may render at, in CSS pixels, on any screen, and the width of
+# the content column on a 390 px phone.
+LEGIBLE_PX, PHONE_COLUMN_PX = 11, 358
+
 # The sweep figure's size in points (the SVG's user units) and its smallest text: drawn this
-# size, it fits a phone's 358 px column with that text at 10 px or more.
-SWEEP_SIZE_IN, SWEEP_SMALLEST_PT = (4.8, 6.6), 10
+# size, it fits a phone's 358 px column with that text at LEGIBLE_PX or more.
+SWEEP_SIZE_IN, SWEEP_SMALLEST_PT = (4.8, 6.6), 11
 
 
 @view("sweep")
@@ -370,8 +377,8 @@ def sweep_view(context):
         f"![{alt}]({context.link(sweep_uri(context.run.name))}#only-light){{ {size} }}\n"
         f"![{alt}]({context.link(sweep_dark_uri(context.run.name))}#only-dark){{ {size} }}"
     )
-    # Its user units are points: the smallest text reaches 10 px at this many pixels wide.
-    legible = 72 * SWEEP_SIZE_IN[0] * 10 / SWEEP_SMALLEST_PT
+    # Its user units are points: the smallest text reaches LEGIBLE_PX at this many pixels wide.
+    legible = 72 * SWEEP_SIZE_IN[0] * LEGIBLE_PX / SWEEP_SMALLEST_PT
     return (
         f'<div class="fig-scroll fig-sweep" markdown="1" style="--fig-min-width: '
         f'{legible:.0f}px">\n\n{images}\n\n</div>\n\n'

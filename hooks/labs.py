@@ -35,7 +35,10 @@ from mkdocs.structure.files import File
 # mkdocs loads this file by path: make its siblings importable.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import error_index  # noqa: E402
-import figure_views  # noqa: E402,F401  (registers the ring and overlap views)
+import figure_views  # noqa: E402  (the ring and overlap views; figures drawn from code)
+import figures_ddp  # noqa: E402,F401  (chapters 2 to 4's figures)
+import figures_launch  # noqa: E402,F401  (chapters 1 and 5's figures, and the Slurm lab's)
+import figures_scale  # noqa: E402,F401  (chapters 6 to 8's figures)
 import lab_views  # noqa: E402
 import labrunner  # noqa: E402
 import past_ddp_views  # noqa: E402,F401  (registers chapter 8's lab views)
@@ -97,7 +100,8 @@ def on_page_markdown(markdown, page, config, files):
         )
         return lab_views.render(view, context)
 
-    return lab_views.MARKER.sub(replace, markdown)
+    markdown = lab_views.MARKER.sub(replace, markdown)
+    return figure_views.render_drawings(markdown, page.file.src_uri)
 
 
 def on_page_content(content, page, config, files):

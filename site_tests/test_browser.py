@@ -69,7 +69,7 @@ CHROMIUM_ARGS = [*HEADLESS_FLAGS[1:], "--disable-component-update", "--disable-s
 DESKTOP = {"viewport": {"width": 1400, "height": 900}}
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 PAGE_BUDGET_BYTES = 1_000_000
-LEGIBLE_PX = 10
+LEGIBLE_PX = 11
 REDIRECT_STUB = '<meta http-equiv="refresh"'
 
 
@@ -559,7 +559,7 @@ FIGURE_TEXT_SIZES = """async () => {
 }"""
 
 
-def test_figure_text_is_at_least_10_px_on_a_phone(seen, site_build):
+def test_figure_text_is_at_least_11_px_on_a_phone(seen, site_build):
     figures = sorted({*pages_with(site_build, "<svg"), *pages_with(site_build, ".svg")})
     assert figures, "no page has a figure"
     measured = {}

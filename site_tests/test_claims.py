@@ -272,3 +272,169 @@ def test_the_template_runs_under_torchrun_and_leaves_a_whole_checkpoint(tmp_path
 def test_the_template_fits_the_page():
     assert max(len(line) for line in template().splitlines()) <= 88
     assert textwrap.dedent(template()) == template()
+
+
+# ---------------------------------------------------------------------------------------------
+# Terms: defined (or sent to the chapter that explains them) where a reader first meets them
+# ---------------------------------------------------------------------------------------------
+def sentences(markdown):
+    """The page's prose, one sentence a string: a blank line, a heading, a list item or an
+    admonition's title ends one too (a full stop inside `code` does not)."""
+    blocks = re.split(r"\n\s*\n|\n(?=\s*(?:#|- |\d+\. |!!!|\?\?\?))", markdown)
+    found = []
+    for block in blocks:
+        text = prose(block).strip()
+        found += [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*`\[(])", text) if s]
+    return found
+
+
+# page: (how the term is spelled, what the sentence that first uses it must say)
+FIRST_USES = {
+    "01-first-job.md": [
+        (r"torch\._dynamo", r"(?=.*init_process_group)(?=.*thread)(?=.*(?:SIGABRT|abort))"),
+    ],
+    "02-collectives.md": [
+        (r"\bXCCL\b", r"Intel"),
+        (r"\bNVLS\b", r"NVLink SHARP"),
+        (r"\bCollNet\b", r"Scalable Hierarchical Aggregation"),
+        (r"\bPAT\b", r"Parallel Aggregated Trees"),
+        (r"\bnccl2\b", r"torchcomms"),
+    ],
+    "04-caveats.md": [
+        (r"\b[Dd]ynamo\b", r"torch\.compile"),
+        (r"\bDDPOptimizer\b", r"08-past-ddp\.md"),
+    ],
+    "08-past-ddp.md": [
+        (r"\b[Dd]ynamo\b", r"torch\.compile"),
+        (r"\bDTensors?\b", r"[Dd]istributed tensor"),
+        (r"\bInductor\b", r"torch\.compile"),
+    ],
+}
+
+
+def first_use(markdown, term):
+    """The sentence in which `term` (a regex) first appears in the page's prose."""
+    for sentence in sentences(markdown):
+        if re.search(term, sentence):
+            return sentence
+    raise AssertionError(f"{term!r} is not on the page")
+
+
+@pytest.mark.parametrize(
+    ("name", "term", "definition"),
+    [(name, term, said) for name, uses in FIRST_USES.items() for term, said in uses],
+)
+def test_a_term_is_explained_where_a_reader_first_meets_it(name, term, definition):
+    sentence = first_use(page(name), term)
+    assert re.search(definition, sentence), f"{name}: {term} first used unexplained: {sentence}"
+
+
+def test_a_term_used_without_its_explanation_is_reported():
+    markdown = "# T\n\nNCCL may pick NVLS here.\n- NVLS (NVLink SHARP) reduces in the switch.\n"
+    assert first_use(markdown, r"\bNVLS\b") == "NCCL may pick NVLS here."
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 2: what AVG did on gloo before torch 2.8.1, and the NCCL lab's "2.8 and newer"
+# ---------------------------------------------------------------------------------------------
+def test_the_avg_section_warns_of_the_releases_where_reduce_scatter_sums():
+    """The source notes saw gloo's reduce_scatter with AVG return the sum, 3.0, for two ranks
+    holding 1 and 2 (mean 1.5), on releases 2.4.1 to 2.8.0; a reader on one of them meets
+    AVG in chapter 2, and the NCCL lab that says it runs on 2.8 must send them there."""
+    avg = prose(section(page("02-collectives.md"), "`AVG` on gloo"))
+    inputs = (1, 2)
+    total, mean = float(sum(inputs)), sum(inputs) / len(inputs)
+    assert "2.4.1" in avg and "2.8.0" in avg, "the releases where it sums are named"
+    assert f"{total}" in avg and f"{mean}" in avg and "summed" in avg, avg
+    lab = (ROOT / "docs" / "labs" / "26-ddp-nccl.md").read_text(encoding="utf-8")
+    (claim,) = [p for p in lab.split("\n\n") if "2.8 and newer" in p]
+    assert "02-collectives.md#avg-on-gloo" in claim, claim
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 4: the deprecation warning is shown whole, or cut where a sentence ends
+# ---------------------------------------------------------------------------------------------
+def test_the_broadcast_buffers_warning_is_shown_in_whole_sentences(tmp_path):
+    markdown = page("04-caveats.md")
+    (code,) = [
+        fence.code
+        for fence in fences.python_fences(markdown.splitlines())
+        if "broadcast_buffers=True" in fence.code
+    ]
+    stdout = run_fence(code, tmp_path)
+    shown = stdout.strip()
+    assert shown, "the block prints the warning"
+    for line in shown.splitlines():
+        assert line.count("`") % 2 == 0, f"a backtick left open: {line!r}"
+    assert shown.endswith("."), f"cut mid-sentence: {shown!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 6: Flight Recorder's one buffer, and the release CommDebugMode spans steps from
+# ---------------------------------------------------------------------------------------------
+SHARED_BUFFER = """
+import pickle
+import torch, torch.distributed as dist
+from torch._C._distributed_c10d import _dump_fr_trace
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+try:
+    busy = dist.new_group([0])
+    dist.all_reduce(torch.ones(4))  # the world group's one collective
+    for _ in range(3):
+        dist.all_reduce(torch.ones(4), group=busy)
+    entries = pickle.loads(_dump_fr_trace(True, False, False))["entries"]
+finally:
+    dist.destroy_process_group()
+print(sorted({entry["pg_id"] for entry in entries}))
+"""
+
+
+def test_flight_recorder_keeps_one_buffer_that_every_group_shares(tmp_path):
+    """A three-entry buffer, one world collective, then three in a subgroup: if each group
+    had a buffer of its own the world's entry would stay; one shared buffer drops it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_FR")}
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_BUFFER],
+        capture_output=True,
+        text=True,
+        env=env | {"TORCH_FR_BUFFER_SIZE": "3"},
+        timeout=pace.limit(60),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[1]"], "only the busy subgroup's entries are left"
+    recorder = prose(section(page("06-debugging.md"), "Flight Recorder"))
+    assert "of each process group" not in recorder, "one buffer per group: not so"
+    assert re.search(r"one (?:ring )?buffer", recorder) and "pg_id" in recorder, recorder
+    assert re.search(r"evict|push(?:es)? out|crowd", recorder), "the eviction is the lesson"
+
+
+def test_commdebugmode_spans_steps_from_the_release_its_block_tests():
+    text = section(page("06-debugging.md"), "Counting collectives: `CommDebugMode`")
+    (said,) = re.findall(r"(?:In|Since) (2\.\d+),? one block can span", prose(text))
+    code = python_fence(page("06-debugging.md"), "CommDebugMode over two steps")
+    (tested,) = re.findall(r"torch\.__version__ >= \(2, (\d+)\)", code)
+    (changed,) = re.findall(r'!!! note "Changed in (2\.\d+)"', text)
+    assert said == f"2.{tested}" == changed, (said, tested, changed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The labs: the gloo lab's memcpy words, and gloo's `$n` in the two-node trap
+# ---------------------------------------------------------------------------------------------
+def test_the_gloo_lab_says_how_its_memcpy_counts_bytes(lab_record):
+    record = lab_record("gloo")
+    copy = record["result"]["memcpy_4mib"]
+    assert copy["GBps"] == pytest.approx(copy["bytes"] / copy["seconds"] / 1e9), "once"
+    (line,) = [line for line in record["stdout"].splitlines() if "x memcpy" in line]
+    assert "read + write" not in line, f"a copy counted once is not read + write: {line}"
+    assert "counted once" in line, line
+
+
+def test_the_two_node_trap_says_what_gloos_dollar_suffix_is():
+    """Gloo's Address::str() appends `$<n>`, the pair's sequence number, to the address it
+    could not reach; torch prints gloo's words as they are, so the page says what it is."""
+    record = json.loads((ROOT / "docs" / "labs" / "recorded" / "26_two_nodes.json").read_text())
+    trap = record["stdout"].split("== trap ==", 1)[1].split("\n== ", 1)[0]
+    assert re.search(r"\]:\d+\$\d+", trap), "no `$n` any more: this check has nothing to say"
+    page_text = (ROOT / "docs" / "labs" / "two-nodes.md").read_text(encoding="utf-8")
+    after = prose(between(page_text, "<!-- lab:two-nodes:nodes-trap -->", "## "))
+    assert re.search(r"`\$\d*`.*sequence number|sequence number.*`\$", after), after

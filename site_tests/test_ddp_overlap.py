@@ -120,3 +120,51 @@ def test_the_verdict_compares_in_the_direction_the_numbers_go():
     assert faster.startswith("The ranks ran on CPU cores the operating system chose")
     assert "10.0 ms earlier than the naive loop's" in faster
     assert "its step ended 85.0 ms earlier." in faster
+
+
+def rebuilt_in_ready_order(result):
+    """Do the buckets DDP kept, read in launch order, list the parameters in the order their
+    gradients became ready on the first backward? (The rebuild's whole point.)"""
+    first = result["first_iteration"]
+    arrived = sorted(first["ready"], key=first["ready"].get)
+    return all(
+        [name for b in sorted(run["buckets"], key=lambda b: b["index"]) for name in b["params"]]
+        == arrived
+        for run in result["ddp"]["runs"]
+    )
+
+
+def test_ddp_rebuilt_its_buckets_in_the_order_the_first_gradients_arrived(overlap):
+    result, markup = overlap
+    first = result["first_iteration"]
+    assert len(first["buckets"]) == result["first_iteration_buckets"] == 1
+    arrived = sorted(first["ready"], key=first["ready"].get)
+    registered = [p["name"] for p in result["parameters"]]
+    assert arrived[0].startswith(f"{2 * (result['layers'] - 1)}."), "the last layer first"
+    assert arrived != registered
+    assert rebuilt_in_ready_order(result)
+    # the chapter's figure draws this record: its text alternative lists the rebuilt buckets
+    words = html.unescape(figure_views_figures().buckets_alt(result, registered, *buckets(result)))
+    assert words in html.unescape(markup)
+
+
+def buckets(result):
+    later = result["ddp"]["runs"][result["ddp"]["shown"]]["buckets"]
+    return (
+        sorted(result["first_iteration"]["buckets"], key=lambda b: b["index"]),
+        sorted(later, key=lambda b: b["index"]),
+    )
+
+
+def figure_views_figures():
+    figure_views()  # puts hooks/ on sys.path
+    return importlib.import_module("figures_ddp")
+
+
+def test_the_rebuild_check_catches_buckets_out_of_arrival_order():
+    ready = {"0.weight": 0.2, "2.weight": 0.1}
+    run = {"buckets": [{"index": 0, "params": ["2.weight"]}, {"index": 1, "params": ["0.weight"]}]}
+    record = {"first_iteration": {"ready": ready}, "ddp": {"runs": [run]}}
+    assert rebuilt_in_ready_order(record)
+    run["buckets"][0]["index"], run["buckets"][1]["index"] = 1, 0
+    assert not rebuilt_in_ready_order(record)

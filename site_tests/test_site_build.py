@@ -579,3 +579,33 @@ def test_a_lab_missing_from_the_home_page_is_reported():
     home = "Labs: [gloo](labs/26-ddp-gloo.md) and [two nodes](labs/two-nodes.md#top)."
     labs = ["labs/26-ddp-gloo.md", "labs/two-nodes.md", "labs/slurm.md"]
     assert labs_missing_from(home, labs) == ["labs/slurm.md"]
+
+
+# A picture per mechanism: every chapter draws at least one, the course at least MIN_FIGURES.
+MIN_FIGURES = 10
+FIGURE = re.compile(r"<figure\b.*?</figure>", re.DOTALL)
+
+
+def figures_of(markup):
+    """The page's figures that draw something (inline SVG or an SVG image). A stepper's panels
+    are one figure, shown a step at a time: its first panel stands for it."""
+    drawn = [f for f in FIGURE.findall(markup) if re.search(r"<svg\b|<img [^>]*\.svg", f)]
+    panels = [f for f in drawn if "fig-stepper__panel" in f]
+    return [f for f in drawn if f not in panels[1:]]
+
+
+def test_every_chapter_has_a_figure_and_each_figure_says_what_it_shows(built_site):
+    site, _ = built_site
+    counts, undescribed = {}, []
+    for chapter in sorted((ROOT / "docs" / "chapters").glob("*.md")):
+        markup = page_text(site, f"chapters/{chapter.stem}")
+        figures = figures_of(markup)
+        counts[chapter.stem] = len(figures)
+        for figure in figures:
+            caption = re.search(r"<figcaption[^>]*>(.*?)</figcaption>", figure, re.DOTALL)
+            alt = re.search(r"<title[^>]*>(.+?)</title>|<img [^>]*alt=\"([^\"]{20,})", figure)
+            if not (caption and visible_text(caption.group(1)).strip() and alt):
+                undescribed.append(f"{chapter.stem}: {visible_text(figure)[:60]!r}")
+    assert all(counts.values()), f"chapters without a figure: {counts}"
+    assert sum(counts.values()) >= MIN_FIGURES, f"{sum(counts.values())} figures: {counts}"
+    assert not undescribed, f"figures without a caption or a text alternative: {undescribed}"
