@@ -17,7 +17,9 @@ says how many workers it had started by then.
 
 Each launch runs in namespaces of its own (unshare, so it needs root): its own host name,
 `trainer.invalid`, which no resolver answers; a network with only loopback, so no lookup leaves
-the machine; a private /tmp for torchrun's logs; and its own process tree, which dies with it.
+the machine; a scratch folder of its own, a fresh tmpfs over /dev/shm (not over /tmp, where
+this script may itself live), for torchrun's logs and the job's checkpoint; and its own
+process tree, which dies with it.
 """
 
 import argparse
@@ -76,8 +78,9 @@ def start(flags):
     torchrun = pathlib.Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), *flags, f"--nproc_per_node={WORKERS}", str(HERE / "train_ddp.py")]
     inside = (
-        f"ip link set lo up && hostname {HOST} && mount -t tmpfs lab-tmp /tmp && "
-        f"CHECKPOINT=/tmp/first_job.pt exec {subprocess.list2cmdline(command)}"
+        f"ip link set lo up && hostname {HOST} && mount -t tmpfs lab-scratch /dev/shm && "
+        f"cd /dev/shm && TMPDIR=/dev/shm CHECKPOINT=first_job.pt "
+        f"exec {subprocess.list2cmdline(command)}"
     )
     return subprocess.Popen(
         ["unshare", "--uts", "--net", "--mount", "--pid", "--fork", "--kill-child"]
@@ -165,8 +168,8 @@ def report(result):
                 f"  ... {len(run['stall_warnings'])} such warnings in {run['seconds']:.1f} s; "
                 f"workers started: {run['workers_when_stopped']}. Stalled, stopped."
             )
-        else:
-            for line in run["job_lines"][-2:]:
+        else:  # a failed launch shows more: what went wrong is not taught here
+            for line in run["job_lines"][-2 if run["outcome"] == "completed" else -12 :]:
                 print(f"  {line}")
             print(f"  {run['outcome']} in {run['seconds']:.1f} s")
 
