@@ -114,6 +114,53 @@ def arrowhead(marker_id):
     )
 
 
+# The one palette every figure's rectangles are drawn in. Per kind: the colour extra.css's
+# .fig-fill--KIND gives when the stylesheet is missing, and the one fill-opacity that kind is
+# drawn with, light or dark. Primary and accent at 0.4 keep the text colour on them above 4.5:1
+# in both schemes (about 11:1 light, 5:1 dark; at 0.6 dark falls to 3.5:1); muted text on them
+# falls under it, so none is muted. Faint is Material's lightest text colour (7 % black, 12 %
+# white in dark mode), its fallback that grey on white, so it is drawn at full opacity. "none"
+# is an outline only.
+KINDS = {
+    "primary": (PRIMARY, "0.4"),
+    "accent": (ACCENT, "0.4"),
+    "faint": ("#ededed", "1"),
+    "none": ("none", None),
+}
+OUTLINE = 'stroke="currentColor" stroke-width="1"'  # every box's outline: the text colour
+DASHES = ' stroke-dasharray="4 3"'  # a dashed outline: something absent, passed on or a copy
+
+
+def box(x, y, w, h, kind="faint", *, dashed=False, rx=3, outlined=True):
+    """A rectangle of the palette: class fig-fill--KIND, its fallback fill, its fill-opacity.
+
+    `w` is never drawn under half a unit, so that a bar for a tiny value still shows. With
+    `outlined=False` the box leaves its stroke to the `outlines()` group it is put in, which
+    keeps a figure of many boxes small.
+    """
+    fill, opacity = KINDS[kind]
+    x, y, w, h = (f"{round(v, 1):g}" for v in (x, y, max(w, 0.5), h))
+    return (
+        f'<rect class="fig-fill--{kind} fig-stroke" x="{x}" y="{y}" width="{w}" height="{h}"'
+        + (f' rx="{rx:g}"' if rx else "")
+        + f' fill="{fill}"'
+        + (f' fill-opacity="{opacity}"' if opacity else "")
+        + (f" {OUTLINE}" if outlined else "")
+        + (DASHES if dashed else "")
+        + "/>"
+    )
+
+
+def outlines(boxes):
+    """Boxes drawn with `outlined=False`, outlined through one group."""
+    return f'<g class="fig-stroke" {OUTLINE}>' + "".join(boxes) + "</g>"
+
+
+def swatch(kind, dashed=False, rx=3):
+    """A key's swatch: a box of `kind`, drawn as the figure draws it."""
+    return box(2, 3, 40, 16, kind, dashed=dashed, rx=rx)
+
+
 def text(x, y, body, anchor=None, muted=False, bold=False):
     extra = f' text-anchor="{anchor}"' if anchor else ""  # "start" or "end"; middle by default
     extra += ' class="fig-muted"' if muted else ""

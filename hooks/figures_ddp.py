@@ -16,26 +16,10 @@ plain Python, without importing torch (slow to import in a build hook);
 site_tests/test_figures_ddp.py checks it against torch's own DistributedSampler.
 """
 
-from figure_views import ACCENT, PRIMARY, diagram, drawing, text
+from figure_views import box, diagram, drawing, swatch, text
 from lab_views import view
 
 FONT = 14  # the smallest text of every figure here: width <= 32.5 * 14 = 455 fits a phone
-FILLS = {"primary": PRIMARY, "accent": ACCENT, "faint": "#e0e0e0", "none": "none"}
-
-
-def box(x, y, w, h, kind="faint", dashed=False, rx=3):
-    """A rectangle in the shared palette; the presentation attributes are the fallback."""
-    opacity = {"primary": "0.35", "accent": "0.3", "faint": "1", "none": "0"}[kind]
-    dash = ' stroke-dasharray="3 2"' if dashed else ""
-    return (
-        f'<rect class="fig-fill--{kind} fig-stroke" x="{x:g}" y="{y:g}" width="{w:g}" '
-        f'height="{h:g}" rx="{rx}" fill="{FILLS[kind]}" fill-opacity="{opacity}" '
-        f'stroke="currentColor" stroke-width="{0.8 if dashed else 1}"{dash}/>'
-    )
-
-
-def swatch(kind, dashed=False):
-    return box(2, 3, 40, 16, kind, dashed=dashed)
 
 
 def numbers(values):
@@ -127,7 +111,7 @@ def collectives_figure(tour, p, uid):
                 for j, value in enumerate(held):
                     x = left + j * SLOT_W
                     if value is None:  # not part of this rank's tensor
-                        parts.append(box(x + 1, y + 1, SLOT_W - 2, SLOT_H - 2, "none", True))
+                        parts.append(box(x + 1, y + 1, SLOT_W - 2, SLOT_H - 2, "none", dashed=True))
                         continue
                     kind = slot_kind(value, rank, entry["before"])
                     parts.append(box(x + 0.5, y, SLOT_W - 1, SLOT_H, kind))

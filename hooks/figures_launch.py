@@ -13,34 +13,26 @@ of chapter 1) or from a lab's record, never typed here.
 """
 
 import re
+from functools import partial
 
-from figure_views import ACCENT, PRIMARY, arrowhead, diagram, drawing, text
+import figure_views
+from figure_views import ACCENT, DASHES, arrowhead, diagram, drawing, outlines, swatch, text
 from lab_views import view
 
 FONT = 12  # the smallest text of every figure here: width <= 32.5 * 12 = 390 fits a phone
 
 
-SHAPES = '<g class="fig-stroke" stroke="currentColor" stroke-width="1">'
 LINES = f'<g class="fig-stroke--accent" fill="none" stroke="{ACCENT}" stroke-width="1.5">'
-FILLS = {"primary": PRIMARY, "accent": ACCENT, "faint": "#9e9e9e", "none": "none"}
 
 
-def box(x, y, w, h, kind="faint", rx=4, dashed=False):
-    """A rectangle in the shared palette, its fill given as the fallback too; compose() puts
-    it in a group that gives every shape its outline."""
-    opacity = "" if kind == "none" else ' fill-opacity="0.18"'
-    dash = ' stroke-dasharray="4 3"' if dashed else ""
-    return (
-        f'<rect class="fig-fill--{kind}" x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" '
-        f'rx="{rx}" fill="{FILLS[kind]}"{opacity}{dash}/>'
-    )
+# The kit's box, left unoutlined: compose() outlines every box of a figure through one group.
+box = partial(figure_views.box, outlined=False)
 
 
 def line(d, uid=None, dashed=False):
     """A connector; compose() draws it in the accent colour. `uid`: end in an arrowhead."""
     head = f' marker-end="url(#{uid}-arrow)"' if uid else ""
-    dash = ' stroke-dasharray="4 3"' if dashed else ""
-    return f'<path d="{d}"{head}{dash}/>'
+    return f'<path d="{d}"{head}{DASHES if dashed else ""}/>'
 
 
 def compose(parts):
@@ -49,11 +41,7 @@ def compose(parts):
     shapes = [p for p in parts if p.startswith("<rect")]
     lines = [p for p in parts if p.startswith("<path")]
     rest = [p for p in parts if not p.startswith(("<rect", "<path"))]
-    return SHAPES + "".join(shapes) + "</g>" + LINES + "".join(lines) + "</g>" + "".join(rest)
-
-
-def swatch(kind, dashed=False):
-    return SHAPES + box(2, 3, 40, 16, kind, dashed=dashed) + "</g>"
+    return outlines(shapes) + LINES + "".join(lines) + "</g>" + "".join(rest)
 
 
 ARROW_SWATCH = (
@@ -111,10 +99,10 @@ def ranks_figure(nodes=NODES, per_node=GPUS_PER_NODE):
             parts.append(text(64, mid + 8, f"LOCAL_RANK {lr}"))
             parts.append(box(122, top, 68, 38, "primary"))
             parts.append(text(156, mid - 8, "replica"))
-            parts.append(text(156, mid + 8, f"on GPU {lr}", muted=True))
+            parts.append(text(156, mid + 8, f"on GPU {lr}"))
             parts.append(box(196, top, 64, 38, "accent"))
             parts.append(text(228, mid - 8, "shard"))
-            parts.append(text(228, mid + 8, f"{r} of {world}", muted=True))
+            parts.append(text(228, mid + 8, f"{r} of {world}"))
             parts.append(box(266, top + 7, 44, 24, "none"))
             parts.append(text(288, mid, f"g{r}"))
             parts.append(line(f"M310,{mid:g}H{bus_x - 2}", f"{uid}"))
@@ -234,7 +222,7 @@ def rendezvous_view(context):
             parts.append(box(store_x, top, store_w, 58, "accent"))
             parts.append(text(middle, top + 13, "rendezvous store", bold=True))
             parts.append(text(middle, top + 29, f"{host}:{port}"))
-            parts.append(text(middle, top + 45, "--rdzv_endpoint", muted=True))
+            parts.append(text(middle, top + 45, "--rdzv_endpoint"))
             parts.append(line(f"M174,{top + 29}H{store_x - 2}", uid))
             store_h = max(workers * 46 - 8, 74)
             store_bottom = wtop + store_h

@@ -13,24 +13,11 @@ of that chapter's "scaling model" block (assumed hardware, not a measurement); t
 read every number they draw from the record.
 """
 
-from figure_views import ACCENT, PRIMARY, diagram, drawing, text
+from figure_views import box, diagram, drawing, swatch, text
 from lab_views import view
 
 FONT = 14  # every figure here uses one text size: 14 units
 WIDTH = 440  # 14 * 358 / 440 = 11.4 px on a 390 px phone: legible without scrolling
-
-
-def rect(x, y, width, height, look, fill, opacity, extra=""):
-    """A bar: `look` the palette class (fig-fill--primary...), `fill` its fallback colour."""
-    return (
-        f'<rect class="{look} fig-stroke" x="{x:.1f}" y="{y:.1f}" width="{max(width, 0.5):.1f}" '
-        f'height="{height:.1f}" fill="{fill}" fill-opacity="{opacity}" stroke="currentColor" '
-        f'stroke-width="0.75"{extra}/>'
-    )
-
-
-def swatch(look, fill, opacity, extra=""):
-    return rect(2, 3, 40, 16, look, fill, opacity, extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,14 +86,11 @@ def hide_or_wait():
         parts.append(
             text(WIDTH - 6, y + 8, verdict(row), anchor="end", muted=hidden, bold=not hidden)
         )
-        for k, (key_name, look, fill) in enumerate(
-            (
-                ("backward_ms", "fig-fill--primary", PRIMARY),
-                ("allreduce_ms", "fig-fill--accent", ACCENT),
-            )
+        for k, (key_name, kind) in enumerate(
+            (("backward_ms", "primary"), ("allreduce_ms", "accent"))
         ):
             bar_y, width = y + 20 + k * 18, row[key_name] * scale
-            parts.append(rect(left, bar_y, width, 15, look, fill, 0.6))
+            parts.append(box(left, bar_y, width, 15, kind, rx=0))
             parts.append(
                 text(left + width + 4, bar_y + 7.5, f"{row[key_name]:.1f} ms", anchor="start")
             )
@@ -139,8 +123,8 @@ def hide_or_wait():
         alt=alt,
         caption=caption,
         key_entries=[
-            (swatch("fig-fill--primary", PRIMARY, 0.6), "backward on one GPU"),
-            (swatch("fig-fill--accent", ACCENT, 0.6), "the gradient all-reduce (ring)"),
+            (swatch("primary", rx=0), "backward on one GPU"),
+            (swatch("accent", rx=0), "the gradient all-reduce (ring)"),
         ],
         label="Backward against all-reduce as GPUs are added",
     )
@@ -149,13 +133,15 @@ def hide_or_wait():
 # ---------------------------------------------------------------------------------------------
 # Chapter 7: one DDP rank's memory, by kind
 # ---------------------------------------------------------------------------------------------
-# What each kind of byte looks like, in every memory figure of this module.
+# What each kind of byte looks like, in every memory figure of this module: the kit's box
+# arguments. Bars are square-cornered, so that a stack of them reads as one bar. The fp32
+# master copy is the weights again, so it wears their colour, dashed.
 KINDS = {
-    "weights": ("fig-fill--primary", PRIMARY, 0.6, ""),
-    "fp32 master copy": ("fig-fill--primary", PRIMARY, 0.25, ""),
-    "gradients": ("fig-fill--accent", ACCENT, 0.6, ""),
-    "Adam's moments": ("fig-fill--faint", "#9e9e9e", 0.8, ""),
-    "DDP's bucket copy": ("fig-fill--none", "none", 1, ' stroke-dasharray="4 3"'),
+    "weights": {"kind": "primary", "rx": 0},
+    "fp32 master copy": {"kind": "primary", "dashed": True, "rx": 0},
+    "gradients": {"kind": "accent", "rx": 0},
+    "Adam's moments": {"kind": "faint", "rx": 0},
+    "DDP's bucket copy": {"kind": "none", "dashed": True, "rx": 0},
 }
 
 
@@ -202,7 +188,7 @@ def ddp_memory():
         x = left
         for kind, per_param in parts:
             width = per_param * scale
-            shapes.append(rect(x, y + 20, width, bar_h, *KINDS[kind]))
+            shapes.append(box(x, y + 20, width, bar_h, **KINDS[kind]))
             words.append(text(x + width / 2, y + 20 + bar_h / 2, f"{per_param * PARAMS / 1e9:g}"))
             x += width
         total = sum(b for _, b in parts)
@@ -237,7 +223,7 @@ def ddp_memory():
         font_size=FONT,
         alt=alt,
         caption=caption,
-        key_entries=[(swatch(*look), kind) for kind, look in KINDS.items()],
+        key_entries=[(swatch(**look), kind) for kind, look in KINDS.items()],
         label="One DDP rank's memory",
     )
 
@@ -321,7 +307,7 @@ def zero_stages_figure(result, uid, world=4):
             words.append(text(left, y + bar_h / 2, f"rank {rank}", anchor="start"))
             x = bar_x
             for kind, count in kinds:
-                shapes.append(rect(x, y, count * scale, bar_h, *ZERO_KINDS[kind]))
+                shapes.append(box(x, y, count * scale, bar_h, **ZERO_KINDS[kind]))
                 x += count * scale
             words.append(text(x + 5, y + bar_h / 2, kib(sum(c for _, c in kinds)), anchor="start"))
             y += bar_h + 5
@@ -357,7 +343,7 @@ def zero_stages_figure(result, uid, world=4):
         font_size=FONT,
         alt=alt,
         caption=caption,
-        key_entries=[(swatch(*look), kind) for kind, look in ZERO_KINDS.items()],
+        key_entries=[(swatch(**look), kind) for kind, look in ZERO_KINDS.items()],
         label="Bytes per rank under each ZeRO stage",
     )
 
@@ -371,9 +357,9 @@ def zero_stages_view(context):
 # Chapter 6: where each rank of a hung job waits (code/where_stuck.py's record)
 # ---------------------------------------------------------------------------------------------
 CELL_STATES = {
-    "waits": ("waits here", ("fig-fill--primary", PRIMARY, 0.5, "")),
-    "past": ("went past", ("fig-fill--none", "none", 1, ' stroke-dasharray="4 3"')),
-    "never": ("never reached", ("fig-fill--faint", "#9e9e9e", 0.5, "")),
+    "waits": ("waits here", {"kind": "primary"}),
+    "past": ("went past", {"kind": "none", "dashed": True}),
+    "never": ("never reached", {"kind": "faint"}),
 }
 
 
@@ -417,7 +403,7 @@ def stuck_ranks_view(context):
         for j, state in enumerate(row["cells"]):
             x = left + label_w + j * (cell_w + gap)
             label, look = CELL_STATES[state]
-            shapes.append(rect(x, y, cell_w, cell_h, *look))
+            shapes.append(box(x, y, cell_w, cell_h, **look))
             words.append(
                 text(
                     x + cell_w / 2,
@@ -456,6 +442,6 @@ def stuck_ranks_view(context):
         font_size=FONT,
         alt=alt,
         caption=caption,
-        key_entries=[(swatch(*look), meaning) for meaning, look in CELL_STATES.values()],
+        key_entries=[(swatch(**look), meaning) for meaning, look in CELL_STATES.values()],
         label="Where each rank waits",
     )
