@@ -174,6 +174,7 @@ RELEASES = ["2.13.0", "2.14.1", PINNED_TORCH]
 SITE_ONLY_TESTS = {
     "test_site_build.py",
     "test_browser.py",
+    "test_markup.py",
     "test_lighthouse_gate.py",
     "test_pace.py",
     "test_external_links.py",
