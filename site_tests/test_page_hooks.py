@@ -151,13 +151,15 @@ def text_of(markup):
     return re.sub(r"<[^>]+>", "", markup)
 
 
-def test_names_and_spaces_lose_their_spans_and_nothing_else_changes():
+def test_names_spaces_punctuation_and_operators_lose_their_spans_and_nothing_else_changes():
     page = '<p>A <span class="n">span</span> in prose stays.</p>' + HIGHLIGHTED
     done = lean(page)
     assert text_of(done) == text_of(page)
-    assert 'class="n"' not in done.split("<div", 1)[1] and 'class="w"' not in done
-    assert done.count("<span") == page.count("<span") - 4  # three names, one space
-    for kept in ("kn", "nn", "o", "p", "mi"):
+    code = done.split("<div", 1)[1]
+    assert not re.search(r'class="[nwop]"', code), code
+    # three names, one space, two operators, two punctuation marks
+    assert done.count("<span") == page.count("<span") - 8
+    for kept in ("kn", "nn", "mi"):
         assert f'<span class="{kept}">' in done
     assert '<span class="n">span</span> in prose' in done
 
@@ -182,6 +184,20 @@ def test_material_still_styles_names_as_plain_code_and_spaces_not_at_all():
     assert not re.search(r"\.highlight \.w[,{ ]", main_css), "Material now styles whitespace"
     ours = (ROOT / "docs" / "assets" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
     assert "--md-code-hl-name-color" not in ours and not re.search(r"\.highlight \.[nw]\b", ours)
+    # punctuation and operators: Material colours them through its variables alone, and ours
+    # set those to plain code's colour, in one rule for every palette
+    material_rules = re.findall(r"([^{}]*)\{([^{}]*)\}", main_css)
+    our_rules = re.sub(r"/\*.*?\*/", "", ours, flags=re.S)
+    for token, name in (("p", "punctuation"), ("o", "operator")):
+        selector = f".highlight .{token}"
+        styled = [body for sel, body in material_rules if selector in sel.split(",")]
+        assert styled == [f"color:var(--md-code-hl-{name}-color)"], (token, styled)
+        setting = rf"([^{{}}]*)\{{[^{{}}]*--md-code-hl-{name}-color:\s*([^;}}]+)"
+        set_by_us = re.findall(setting, our_rules)
+        assert [(s.strip(), v.strip()) for s, v in set_by_us] == [
+            ("[data-md-color-scheme]", "var(--md-code-fg-color)")
+        ], set_by_us
+        assert not re.search(rf"\.highlight \.{token}\b", ours)
 
 
 # ---------------------------------------------------------------------------------------------
