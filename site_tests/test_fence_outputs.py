@@ -78,7 +78,7 @@ def demo(tmp_path):
 
 
 def outputs(markup):
-    blocks = re.findall(r'<div class="[^"]*fence-output[^"]*">(.*?)</div>', markup, re.S)
+    blocks = re.findall(r'<div class="[^"]*fence-output[^"]*"[^>]*>(.*?)</div>', markup, re.S)
     return [re.sub(r"<[^>]+>", "", block) for block in blocks]
 
 

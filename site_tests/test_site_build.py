@@ -602,9 +602,14 @@ def test_every_chapter_has_a_figure_and_each_figure_says_what_it_shows(built_sit
         figures = figures_of(markup)
         counts[chapter.stem] = len(figures)
         for figure in figures:
-            caption = re.search(r"<figcaption[^>]*>(.*?)</figcaption>", figure, re.DOTALL)
-            alt = re.search(r"<title[^>]*>(.+?)</title>|<img [^>]*alt=\"([^\"]{20,})", figure)
-            if not (caption and visible_text(caption.group(1)).strip() and alt):
+            caption = re.search(r"<figcaption([^>]*)>(.*?)</figcaption>", figure, re.DOTALL)
+            # A text alternative: the SVG's <title>, an image's alt, or the caption itself when
+            # the SVG names it (aria-labelledby), as the ring stepper's panels do.
+            caption_id = re.search(r'id="([^"]+)"', caption.group(1)) if caption else None
+            alt = re.search(r"<title[^>]*>(.+?)</title>|<img [^>]*alt=\"([^\"]{20,})", figure) or (
+                caption_id and f'aria-labelledby="{caption_id.group(1)}"' in figure
+            )
+            if not (caption and visible_text(caption.group(2)).strip() and alt):
                 undescribed.append(f"{chapter.stem}: {visible_text(figure)[:60]!r}")
     assert all(counts.values()), f"chapters without a figure: {counts}"
     assert sum(counts.values()) >= MIN_FIGURES, f"{sum(counts.values())} figures: {counts}"
