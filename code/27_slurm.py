@@ -427,9 +427,11 @@ def shown_log(text, tmp, completed):
 
 
 # A line that starts a traceback: Python's (a rank's has its `[rankN]:` prefix), or the
-# frames of a C++ exception that torch logs as a warning.
+# frames of a C++ exception that torch logs as a warning. The header may follow another
+# process's unfinished line, glued to it: two processes share the log, and a busy machine
+# interleaves their writes.
 TRACEBACK_HEADER = (
-    r"^(\[rank\d+\]: ?)?"
+    r"^(\[rank\d+\]: ?)?.*?"
     r"(Traceback \(most recent call last\)|Exception raised from .*\(most recent call first\))"
 )
 # A line that ends an agent's traceback: a launcher's, a rank's or a logger's own line.

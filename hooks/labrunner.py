@@ -236,7 +236,7 @@ def execute(run):
         if proc.returncode != 0:
             raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
         if TRACEBACK in stdout:
-            raise LabFailed(run, "printed a traceback", stdout, stderr)
+            raise LabFailed(run, "printed a traceback", around_traceback(stdout), None)
         if run.plain:  # the script reports nothing but its output: say where it ran
             result = {"env": code_module(run.root, "provenance").machine_facts(installed_torch())}
         elif not json_path.is_file():
@@ -328,6 +328,14 @@ def session_members(session):
 
 class LabError(Exception):
     """A declared run is malformed, or it failed: the build must stop."""
+
+
+def around_traceback(stdout):
+    """The lines of `stdout` from a little before its first traceback: what the build shows of
+    a run that printed one (its stderr holds only the lab's progress)."""
+    lines = stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if TRACEBACK in line)
+    return "\n".join(lines[max(0, first - 10) : first + 70])
 
 
 class LabFailed(LabError):

@@ -275,10 +275,15 @@ def test_a_completed_jobs_log_leaves_out_python_and_cpp_tracebacks():
         '  File "x.py", line 1, in <module>',
         "RendezvousConnectionError: the store went away",
         "node1 task 1: interface eth0, SLURM_GPUS_ON_NODE=2 CUDA_VISIBLE_DEVICES=0,1",
+        # another agent's traceback, glued to the end of a line it interrupted
+        "W1206 06:29:58.1 4940 torch/distributed/elastic/agent/api.py:2] stopTrace"
+        + "back (most recent call last):",
+        '  File "y.py", line 2, in <module>',
+        "node1 task 1: the end",
     ]
     kept, dropped = lab["without_tracebacks"](log)
-    assert kept == [log[0], log[1], log[-1]], kept
-    assert dropped == len(log) - 3
+    assert kept == [log[0], log[1], log[12], log[-1]], kept
+    assert dropped == len(log) - 4
 
 
 def test_two_tasks_per_node_start_a_launcher_line_twice_on_each_node(run):
