@@ -15,9 +15,11 @@ must render one line per line of text. A block is columns when
   where it starts; a line's indentation is not a gap),
 unless a line is longer than PROSE_CHARS: a run that prints a message of several hundred
 characters (gloo's errors, in the failure gallery) reads as prose, and wraps.
-Only blocks that would wrap are marked (LANGUAGES): Python and diffs scroll anyway.
+Only blocks that would wrap are marked (LANGUAGES): Python scrolls anyway, and a diff wraps
+under its +/- marker (extra.css), its aligned comments being code, not a table.
 
-Commands (a `bash` or `console` block that is not columns) wrap only between arguments: the
+Commands (a `bash` or `console` block that is not columns, and diffs) wrap only between
+arguments: the
 browser may break a line after any hyphen, so `--nproc_per_node=2` came out as `--` over
 `nproc_per_node=2`. Each whitespace-separated word with a hyphen in such a block, and in
 inline code in a table of prose (hooks/tables.py's cards, whose code may wrap between words),
@@ -30,7 +32,9 @@ import re
 COLUMNS = "columns"
 ARG = "arg"
 LANGUAGES = ("language-text", "language-bash", "language-console")  # the ones that wrap
-COMMANDS = ("language-bash", "language-console")
+# The blocks whose words with a hyphen are kept whole: commands, and diffs, which wrap too (a
+# diff's docstring holds torchrun lines).
+COMMANDS = ("language-bash", "language-console", "language-diff")
 MIN_ALIGNED = 2
 PROSE_CHARS = 160
 # A word longer than this may still break: kept whole, it would run past a 360 px phone's

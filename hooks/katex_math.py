@@ -22,6 +22,11 @@ a display. A formula that has one keeps KaTeX's HTML (and its MathML copy for sc
 
 A formula KaTeX cannot parse fails the build with the page and the formula. Rendered math is
 kept out of the search index (its text would be the formula's symbols run together).
+
+The browser may break a line between an inline formula and the punctuation after it (a formula
+is one box to it, and a line may start after any box): a line of chapter 3 started with the
+full stop after a formula. An inline formula and the punctuation right after it go in a TAIL
+span, which extra.css keeps on one line.
 """
 
 import functools
@@ -31,7 +36,12 @@ import re
 import pykatex
 from mkdocs.exceptions import PluginError
 
-FORMULA = re.compile(r'<(?P<tag>span|div) class="arithmatex">(?P<body>.*?)</(?P=tag)>', re.S)
+# A formula and any punctuation written right after it (what a line must not start with).
+FORMULA = re.compile(
+    r'<(?P<tag>span|div) class="arithmatex">(?P<body>.*?)</(?P=tag)>(?P<after>[.,;:!?)\]\'’-]*)',
+    re.S,
+)
+TAIL = "math-tail"
 DELIMITERS = {"span": ("\\(", "\\)"), "div": ("\\[", "\\]")}
 # What MathML renders worse than KaTeX's HTML (see above): anywhere, and in a display formula.
 MATHML_FALLS_SHORT = re.compile(r"\\(underbrace|overbrace)(?![a-zA-Z])")
@@ -63,6 +73,9 @@ def on_page_content(content, page, config, files):
         except pykatex.ParseError as error:
             message = f"{page.file.src_uri}: KaTeX cannot typeset {source}: {error}"
             raise PluginError(message) from None
-        return f'<{tag} class="arithmatex" data-search-exclude>{rendered}</{tag}>'
+        formula = f'<{tag} class="arithmatex" data-search-exclude>{rendered}</{tag}>'
+        if tag == "span" and match["after"]:
+            return f'<span class="{TAIL}">{formula}{match["after"]}</span>'
+        return formula + match["after"]  # a display formula is a block: nothing follows it
 
     return FORMULA.sub(replace, content)
