@@ -20,7 +20,9 @@ another machine by `python hooks/labrunner.py record NAME` (the NCCL lab needs G
 with the sources. The views in lab_views.py turn a record into Markdown and figures.
 
 A page that embeds runs' output may also index the errors they printed, with
-`<!-- errors: PATTERN -->` markers (see error_index.py).
+`<!-- errors: PATTERN -->` markers (see error_index.py), and the pages under docs/errors/ hold
+one entry per error of code/errors/corpus.yml, with `<!-- error: ID -->` markers (see
+error_entries.py).
 
 The cache directory can be moved with LAB_CACHE_DIR (the tests build with an empty one).
 """
@@ -34,6 +36,7 @@ from mkdocs.structure.files import File
 
 # mkdocs loads this file by path: make its siblings importable.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import error_entries  # noqa: E402
 import error_index  # noqa: E402
 import figure_views  # noqa: E402  (the ring and overlap views; figures drawn from code)
 import figures_ddp  # noqa: E402,F401  (chapters 2 to 4's figures)
@@ -47,6 +50,7 @@ import two_nodes_views  # noqa: E402,F401  (registers the two-node lab's views)
 
 RUNS = {}
 RECORDS = {}
+ERRORS = {}  # code/errors/corpus.yml: the error index's entries (error_entries.py)
 
 
 def on_config(config):
@@ -57,6 +61,9 @@ def on_config(config):
         RUNS.update({name: labrunner.LabRun(name, spec, root) for name, spec in declared.items()})
     except labrunner.LabError as error:
         raise PluginError(str(error)) from None
+    ERRORS.clear()
+    ERRORS.update(error_entries.load_corpus(root))
+    error_entries.check_markers(config.docs_dir, ERRORS)
     return config
 
 
@@ -90,6 +97,7 @@ def published(run):
 def on_page_markdown(markdown, page, config, files):
     slugify = (config.mdx_configs.get("toc") or {}).get("slugify", default_slugify)
     markdown = error_index.render(markdown, RECORDS, slugify, page.file.src_uri)
+    markdown = error_entries.render(markdown, ERRORS, RECORDS, page.file.src_uri)
 
     def replace(match):
         name, view = match["run"], match["view"]

@@ -80,6 +80,13 @@ def test_the_failure_scripts_run_from_their_download(built_site, tmp_path):
     assert "Traceback" not in done.stdout
 
 
+def test_the_error_index_reproduces_an_error_from_its_download(built_site, tmp_path):
+    folder = unpack(built_site, "error-index", tmp_path)
+    done = run_alone(folder, "errors/reproduce.py", "default-pg-not-initialized")
+    assert done.returncode == 0, done.stderr
+    assert "Default process group has not been initialized" in done.stdout, done.stdout
+
+
 def test_every_file_a_lab_runs_is_published_beside_its_script(built_site):
     """The lab pages link to site/code/...: a file a lab starts (not imports) is there too."""
     site, _ = built_site
