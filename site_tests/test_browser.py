@@ -1097,6 +1097,7 @@ class SearchBox:
     first result."""
 
     def __init__(self, page):
+        self.page = page
         open_search(page)
         self.box = page.locator("input.md-search__input")
         self.results = page.locator(".md-search-result__item")
@@ -1108,8 +1109,11 @@ class SearchBox:
         self.results.first.wait_for(state="detached", timeout=pace.limit(10) * 1000)
         self.box.fill(text)  # pasted whole; Material searches when the key of the paste is let go
         self.box.press("End")
-        # the worker indexes the site on first use
-        self.results.first.wait_for(timeout=pace.limit(30) * 1000)
+        try:  # the worker indexes the site on first use
+            self.results.first.wait_for(timeout=pace.limit(30) * 1000)
+        except playwright_api.TimeoutError:
+            said = self.page.locator(".md-search-result__meta").inner_text()
+            raise AssertionError(f"no result for {text!r}; the search says {said!r}") from None
         # the first page found, then its best sections
         page, best, *_ = [a.get_attribute("href") for a in self.results.first.locator("a").all()]
         return urlsplit(page).path, urlsplit(best).fragment
@@ -1733,8 +1737,7 @@ WIDE_TABLES = """() => {
 # code in a table cell, drawn on two lines, though it is narrower than the box it is in.
 BROKEN_ARGUMENTS = """() => {
   const found = [];
-  const blocks = "article :is(.language-bash, .language-console, .language-diff) pre > code";
-  const where = `${blocks}, article td code`;
+  const where = "article :is(.language-bash, .language-console) pre > code, article td code";
   for (const code of document.querySelectorAll(where)) {
     if (code.getClientRects().length === 0) continue;
     const style = getComputedStyle(code);
