@@ -18,6 +18,10 @@ A pasted line is not a query. Material hands what is typed to lunr's query langu
 a page that merely lacks the excluded words. Each page's search runs in a worker written here,
 PLAIN_WORKER, which turns those characters into spaces and then hands the query to Material's
 own worker: the words of the line are what is searched.
+
+The same worker guards a bug of lunr's: for some sets of words in the index, a word ending in a
+wildcard (Material adds one to every word of a query) expands to a word the index does not hold,
+and the whole query fails. In one CI build, every query holding the word `6` found nothing.
 """
 
 import pathlib
@@ -38,6 +42,21 @@ addEventListener("message", (event) => {
     event.data.data = event.data.data.replace(/["~^*:]/g, " ").replace(/(^|\\s)[+-]+/g, "$1")
 })
 importScripts("MATERIAL")
+
+// lunr's token set may yield, for a wildcard, a term that its inverted index lacks
+// (olivernn/lunr.js#314): the query then throws, and Material shows "No matching documents".
+// Such a term matches no document, as a term the index never saw.
+const NOWHERE = new Proxy({}, { get: (_, key) => (key === "_index" ? -1 : {}) })
+const query = lunr.Index.prototype.query
+lunr.Index.prototype.query = function (...args) {
+  if (!this.guarded) {
+    const terms = this.invertedIndex
+    const known = (_, term) => (term in terms ? terms[term] : NOWHERE)
+    this.invertedIndex = new Proxy(terms, { get: known })
+    this.guarded = true
+  }
+  return query.apply(this, args)
+}
 """
 MATERIAL_WORKERS = set()
 

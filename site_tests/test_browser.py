@@ -1146,7 +1146,7 @@ def error_entries():
         markdown = source.read_text(encoding="utf-8")
         for marker in error_entries_hook.MARKER.finditer(markdown):
             heading = re.findall(r"^### (.+)$", markdown[: marker.start()], re.M)[-1]
-            path = f"/errors/{source.stem}/" if source.stem != "index" else "/errors/"
+            path = f"/errors/{source.stem}/"
             found[marker["id"]] = (path, slugify(heading.replace("`", ""), "-"))
     return found
 
@@ -1159,7 +1159,7 @@ def test_a_pasted_error_line_finds_its_entry_first(visit, site_build):
     numbers, addresses and paths changed, brings its entry first: at least 95 % of each."""
     corpus = error_entries_hook.load_corpus(ROOT)
     entries = error_entries()
-    search = SearchBox(visit("errors/").page)
+    search = SearchBox(visit("errors/find/").page)
     hits, missed = {"pasted": 0, "variant": 0}, []
     threads = [(error_id, t) for error_id, entry in corpus.items() for t in entry["threads"]]
     for error_id, thread in threads:
