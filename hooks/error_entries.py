@@ -28,6 +28,7 @@ import pathlib
 import re
 
 import yaml
+from error_index import matcher
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"^<!-- error: (?P<id>[\w-]+) -->$", re.M)
@@ -68,8 +69,7 @@ def check_markers(docs_dir, corpus):
 
 def expected(entry, release):
     """The pattern the message must match on `release` (`*` in `expect`: any text)."""
-    pattern = (entry.get("releases") or {}).get(release, entry["expect"])
-    return re.compile(".*".join(map(re.escape, pattern.split("*"))), re.S)
+    return matcher((entry.get("releases") or {}).get(release, entry["expect"]))
 
 
 def lab_line(entry, record):

@@ -46,7 +46,9 @@ def errors_in(stdout):
 
 
 def matcher(pattern):
-    return re.compile(".*".join(map(re.escape, pattern.split("*"))))
+    """`pattern` as a regex: `*` stands for any text, across lines too (a message may have
+    several; the gallery's have one each)."""
+    return re.compile(".*".join(map(re.escape, pattern.split("*"))), re.S)
 
 
 def printing_sections(markdown, slugify):
