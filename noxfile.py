@@ -271,7 +271,7 @@ def browser(session):
     """The built site in Chromium at 1400 and 390 px, served gzipped: layout, axe, Lighthouse.
 
     Each check skips with its reason where its tool is missing (Chromium, nginx, or the npm
-    tools that .ci/run installs from site_tests/npm-tools.txt).
+    tools that .ci/run installs with `npm ci` from site_tests/package-lock.json).
     """
     python = shared_venv(session)
     pytest(session, python, "site_tests/test_browser.py", *session.posargs)

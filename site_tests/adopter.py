@@ -23,6 +23,7 @@ from site_tests.conftest import ROOT, pace
 # and exits with the lab's status.
 ADOPTER = """
 import json, os, pathlib, subprocess, sys
+import psutil
 sys.path.insert(0, sys.argv[1])
 import netns
 netns.adopt_orphans()
@@ -30,12 +31,9 @@ out = sys.argv[2]
 lab = subprocess.Popen(sys.argv[3:])
 pathlib.Path(out + ".pid").write_text(str(lab.pid))
 code = lab.wait()
-
-def name_and_state(pid):
-    text = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    return text[text.index("(") + 1 : text.rindex(")")] + " " + text.rsplit(")", 1)[1].split()[0]
-
-pathlib.Path(out + ".left").write_text(json.dumps(sorted(map(name_and_state, netns.children()))))
+# A child of ours stays listed, if dead as a zombie, until we collect it: none ends as we look.
+left = sorted(f"{child.name()} {child.status()}" for child in psutil.Process().children())
+pathlib.Path(out + ".left").write_text(json.dumps(left))
 netns.collect_children(float(os.environ["ADOPTER_CLEANUP_S"]))
 sys.exit(code)
 """

@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+import json
 import os
 import pathlib
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import zipfile
 
+import psutil
 import pytest
 import yaml
 
@@ -24,6 +26,12 @@ import labrunner  # noqa: E402  (how the build runs a lab and keeps its record)
 # and then becomes every process's TMPDIR (pytest_configure).
 START_TMP = tempfile.gettempdir()
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
+# The npm tools of the browser and markup tests: site_tests/package.json pins them, its lock pins
+# what they pull in, and .ci/run installs them with `npm ci` into this folder outside the checkout.
+NPM_DIR = pathlib.Path(
+    os.environ.get("DDP_COURSE_NPM", pathlib.Path.home() / ".cache" / "ddp-course" / "npm")
+)
+NPM_PACKAGE = ROOT / "site_tests" / "package.json"
 
 
 def pytest_report_header():
@@ -105,6 +113,40 @@ def run_unpacked(folder, *command, timeout, hide=("PYTHONPATH",)):
     )
 
 
+def npm_tool(name):
+    """The pinned npm tool's folder under NPM_DIR, or skip saying how to install it."""
+    pinned = json.loads(NPM_PACKAGE.read_text())["dependencies"][name]
+    folder = NPM_DIR / "node_modules" / name
+    pins = NPM_PACKAGE.relative_to(ROOT).with_name("package*.json")
+    install = f"cp {pins} {NPM_DIR} && npm ci --prefix {NPM_DIR}"
+    if not (folder / "package.json").is_file():
+        pytest.skip(f"{name} is not installed under {NPM_DIR} ({install})")
+    version = json.loads((folder / "package.json").read_text())["version"]
+    if version != pinned:
+        pytest.skip(f"{name} {version} is installed, {pinned} is pinned ({install})")
+    return folder
+
+
+def processes_naming(text):
+    """{pid: argv} of every process whose command line holds `text`. One that ends while we
+    look is left out, and so is a zombie (its command line is empty): neither runs."""
+    return {
+        proc.pid: proc.info["cmdline"]
+        for proc in psutil.process_iter(["cmdline"])
+        if text in " ".join(proc.info["cmdline"] or ())
+    }
+
+
+def alive(pid):
+    """Whether `pid` is a live process. A zombie is not: a process killed after its parent
+    exited is collected by whoever inherited it, when that one gets to it, and a lab's runner
+    waits for that only a while (labrunner.kill_leftovers)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # gone, or a zombie psutil could not read
+        return False
+
+
 GUARDIAN_KEY = pytest.StashKey[subprocess.Popen]()
 GUARDED_KEY = pytest.StashKey[pathlib.Path]()
 # What the guardian runs: it waits for its stdin to close, which happens when the test session
@@ -112,17 +154,19 @@ GUARDED_KEY = pytest.StashKey[pathlib.Path]()
 # whose command line names the guarded folder, with its process group (an nginx worker's command
 # line names nothing, and it outlives a killed master), and removes the folder.
 GUARDIAN = r"""
-import os, pathlib, shutil, signal, sys
+import os, shutil, signal, sys
+import psutil
 folder, spared = sys.argv[1], {os.getpgid(0), int(sys.argv[2])}  # its own group, the session's
 sys.stdin.read()
-for proc in pathlib.Path("/proc").glob("[0-9]*"):
-    try:
-        if folder.encode() in (proc / "cmdline").read_bytes() and int(proc.name) != os.getpid():
-            group = os.getpgid(int(proc.name))
-            if group not in spared:
-                os.killpg(group, signal.SIGKILL)
-            os.kill(int(proc.name), signal.SIGKILL)
-    except (OSError, ValueError):
+for proc in psutil.process_iter(["cmdline"]):
+    if proc.pid == os.getpid() or folder not in " ".join(proc.info["cmdline"] or ()):
+        continue
+    try:  # one that ends as we look is one less to kill
+        group = os.getpgid(proc.pid)
+        if group not in spared:
+            os.killpg(group, signal.SIGKILL)
+        proc.kill()
+    except (OSError, psutil.Error):
         pass
 shutil.rmtree(folder, ignore_errors=True)
 """

@@ -11,6 +11,7 @@ import time
 
 
 def gloo_threads():
+    # /proc by hand: psutil lists a process's threads by id and times, without their names.
     names = []
     for task in pathlib.Path("/proc/self/task").iterdir():
         # A thread that ends as we look is no thread left.

@@ -16,8 +16,9 @@ Every server and browser the module starts names the session's guarded folder in
 line (conftest.py): when the session ends, however it ends, a guardian kills them all.
 
 What needs a tool that is missing skips with the reason: Chromium, nginx, or the npm tools
-(`.ci/run` installs all of them; site_tests/npm-tools.txt pins the npm ones). Screenshots of
-every page at both widths go to site_tests/artifacts/ (ignored by git) for a person to look at.
+(`.ci/run` installs all of them; site_tests/package.json and its lock pin the npm ones).
+Screenshots of every page at both widths go to site_tests/artifacts/ (ignored by git) for a
+person to look at.
 """
 
 import ast
@@ -43,12 +44,23 @@ from urllib.parse import urlsplit
 
 import columns  # hooks/columns.py: which code blocks are columns (conftest: hooks/ on the path)
 import error_entries as error_entries_hook  # hooks/error_entries.py: the error index's markers
+import psutil
 import pytest
 import yaml
 from markdown.extensions.toc import slugify
 
 from site_tests import lighthouse_gate as gate
-from site_tests.conftest import ROOT, START_TMP, declared, labrunner, mkdocs_build, pace
+from site_tests.conftest import (
+    NPM_DIR,
+    ROOT,
+    START_TMP,
+    declared,
+    labrunner,
+    mkdocs_build,
+    npm_tool,
+    pace,
+    processes_naming,
+)
 
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 if shutil.which(str(CHROMIUM)) is None:
@@ -62,10 +74,6 @@ if NGINX is None:
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 ARTIFACTS = pathlib.Path(__file__).parent / "artifacts"
-NPM_TOOLS = pathlib.Path(__file__).parent / "npm-tools.txt"
-NPM_DIR = pathlib.Path(
-    os.environ.get("DDP_COURSE_NPM", pathlib.Path.home() / ".cache" / "ddp-course" / "npm")
-)
 # The flags the issue names for Lighthouse's Chromium, and the same for Playwright's.
 HEADLESS_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 CHROMIUM_ARGS = [*HEADLESS_FLAGS[1:], "--disable-component-update", "--disable-sync"]
@@ -668,19 +676,6 @@ def test_a_built_table_looks_as_a_table_material_mounted(seen, site_build):
     assert not (failed := each_page(with_tables, check)), failed
 
 
-def npm_tool(name):
-    """The pinned npm tool's folder under NPM_DIR, or skip saying how to install it."""
-    pins = dict(line.rsplit("@", 1) for line in NPM_TOOLS.read_text().split() if line)
-    folder = NPM_DIR / "node_modules" / name
-    install = f"npm install --prefix {NPM_DIR} $(cat {NPM_TOOLS.relative_to(ROOT)})"
-    if not (folder / "package.json").is_file():
-        pytest.skip(f"{name} is not installed under {NPM_DIR} ({install})")
-    version = json.loads((folder / "package.json").read_text())["version"]
-    if version != pins[name]:
-        pytest.skip(f"{name} {version} is installed, {pins[name]} is pinned ({install})")
-    return folder
-
-
 @pytest.mark.parametrize("screen", ["desktop", "phone"])
 def test_axe_finds_no_serious_or_critical_violation(seen, pages, screen):
     axe = npm_tool("axe-core") / "axe.min.js"
@@ -920,25 +915,17 @@ def test_lighthouse_gate_fails_a_page_broken_on_purpose(lighthouse_verdicts, pat
 
 def naming(folder):
     """{pid: command line} of every process whose command line names `folder`."""
-    found = {}
-    for proc in pathlib.Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if str(folder) in line:
-                found[int(proc.name)] = line
-    return found
+    return {pid: " ".join(argv) for pid, argv in processes_naming(str(folder)).items()}
 
 
 def in_groups(groups):
-    """{pid: command line} of every process in one of the process groups `groups`."""
+    """{pid: command line} of every live process (a zombie is dead) in one of `groups`."""
     found = {}
-    for proc in pathlib.Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError, ValueError):
-            # after "(name)": the state, the parent, the process group; a zombie is dead
-            state, _, group = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:3]
-            if int(group) in groups and state != "Z":
-                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found[int(proc.name)] = line
+    for proc in psutil.process_iter(["status", "cmdline"]):
+        # psutil has no process group: os.getpgid, which fails for one ended since it was listed
+        with contextlib.suppress(ProcessLookupError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) in groups:
+                found[proc.pid] = " ".join(proc.info["cmdline"] or ())
     return found
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from site_tests.conftest import ROOT, labrunner, pace
+from site_tests.conftest import ROOT, alive, labrunner, pace
 
 # A lab that notes each start in RUNS_LOG, then holds until the file RELEASE exists (HOLD_S at
 # most, so that a failed test leaves nothing behind): the test, not a clock, says when it ends.
@@ -94,7 +94,8 @@ def blocked_on_a_lock(pid, cache):
 
 def lock_waiters():
     """(pid, inode) of every process waiting for a file lock: Linux's /proc/locks lists each
-    waiter after "->", with its pid and the file's device:inode."""
+    waiter after "->", with its pid and the file's device:inode. psutil knows nothing of
+    locks, so this one reads /proc itself."""
     for line in pathlib.Path("/proc/locks").read_text().splitlines():
         fields = line.split()
         if len(fields) > 6 and fields[1] == "->":
@@ -129,15 +130,6 @@ def test_the_record_names_what_the_run_left_and_the_runner_ends_it(tmp_path):
     assert record["left_processes"] == [child]
     assert record["left_files"] == ["stray.txt"]  # torch's own folder is not the lab's
     assert not alive(child), "the runner left the lab's process running"
-
-
-def alive(pid):
-    """Whether `pid` is a live process (a zombie is not)."""
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # ---------------------------------------------------------------------------------------------

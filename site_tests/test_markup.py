@@ -1,6 +1,6 @@
 """The built site's markup, read by the W3C Nu HTML checker (vnu) as a validator reads it.
 
-vnu comes from npm's vnu-jar (pinned in site_tests/npm-tools.txt, installed by .ci/run beside
+vnu comes from npm's vnu-jar (pinned in site_tests/package.json, installed by .ci/run beside
 Lighthouse and axe-core) and runs on Java. It reads every HTML file the build wrote in a single
 run: one JVM start, about ten seconds on two busy cores. Every error it reports must be on
 THEIRS, the short list of errors made by templates this project uses but does not write, each
@@ -32,12 +32,8 @@ import subprocess
 
 import pytest
 
-from site_tests.conftest import ROOT, pace
+from site_tests.conftest import ROOT, npm_tool, pace
 
-NPM_TOOLS = pathlib.Path(__file__).parent / "npm-tools.txt"
-NPM_DIR = pathlib.Path(
-    os.environ.get("DDP_COURSE_NPM", pathlib.Path.home() / ".cache" / "ddp-course" / "npm")
-)
 VNU_RUN_S = 120  # one run over the whole site, at pace's reference machine (it takes ~10 s)
 
 
@@ -150,18 +146,10 @@ BROKEN_PAGE = "chapters/03-ddp/index.html"
 
 
 def vnu_jar():
-    """The pinned vnu-jar's jar under NPM_DIR, and Java to run it, or skip saying why."""
+    """The pinned vnu-jar's jar (conftest.npm_tool), and Java to run it, or skip saying why."""
     if shutil.which("java") is None:
         pytest.skip("vnu needs Java (on Debian: apt-get install default-jre-headless)")
-    pins = dict(line.rsplit("@", 1) for line in NPM_TOOLS.read_text().split() if line)
-    folder = NPM_DIR / "node_modules" / "vnu-jar"
-    install = f"npm install --prefix {NPM_DIR} $(cat {NPM_TOOLS.relative_to(ROOT)})"
-    if not (folder / "package.json").is_file():
-        pytest.skip(f"vnu-jar is not installed under {NPM_DIR} ({install})")
-    version = json.loads((folder / "package.json").read_text())["version"]
-    if version != pins["vnu-jar"]:
-        pytest.skip(f"vnu-jar {version} is installed, {pins['vnu-jar']} is pinned ({install})")
-    return folder / "build" / "dist" / "vnu.jar"
+    return npm_tool("vnu-jar") / "build" / "dist" / "vnu.jar"
 
 
 def run_vnu(jar, files):

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from markdown.extensions.toc import slugify
 
-from site_tests.conftest import ROOT, mkdocs_build, pace
+from site_tests.conftest import ROOT, alive, mkdocs_build, pace
 from site_tests.test_where_stuck import SCRIPT as STUCK_SCRIPT
 from site_tests.test_where_stuck import call_lines
 
@@ -340,17 +340,6 @@ def test_a_hung_lab_fails_the_build_at_its_timeout(demo_site, monkeypatch):
     proc = build()
     assert proc.returncode != 0
     assert "timed out after 4 s (its 2 s at this machine's pace)" in proc.stderr
-
-
-def alive(pid):
-    """Whether `pid` is a live process. A zombie is not: a rank killed after its lab exited is
-    reaped by whoever inherited it, when that one gets to it, and the runner waits for that only
-    a while (labrunner.kill_leftovers)."""
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("mode", ["ok", "fail", "hang"])

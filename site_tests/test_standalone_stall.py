@@ -9,7 +9,6 @@ SIGKILL mid-launch, the lab must leave no process behind.
 """
 
 import os
-import pathlib
 import re
 import shutil
 import signal
@@ -19,7 +18,7 @@ import time
 
 import pytest
 
-from site_tests.conftest import ROOT, pace
+from site_tests.conftest import ROOT, pace, processes_naming
 
 IS_ROOT = os.geteuid() == 0
 STALL_RUN = "standalone-stall"
@@ -95,23 +94,11 @@ def test_every_page_prescribes_a_fix_that_completed(lab_record):
             )
 
 
-def launch_processes(marker):
-    """{PID: command line} of the processes whose command line holds `marker`."""
-    found = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (line := (entry / "cmdline").read_text()):
-                found[int(entry.name)] = line.split("\0")
-        except OSError:  # gone while we looked
-            continue
-    return found
-
-
 def agents(marker):
     """The launch's torchrun: the agent, whose workers a stalled launch never starts."""
     return [
         pid
-        for pid, argv in launch_processes(marker).items()
+        for pid, argv in processes_naming(marker).items()
         if any(arg.endswith("torchrun") for arg in argv)
     ]
 
@@ -134,6 +121,6 @@ def test_sigkill_mid_launch_leaves_no_process(tmp_path):
     time.sleep(1)  # into the launch: the agent is importing torch, its threads starting
     lab.send_signal(signal.SIGKILL)
     lab.wait()
-    while (left := launch_processes(marker)) and time.monotonic() < deadline:
+    while (left := processes_naming(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes outlived the lab: {left}"

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from site_tests.conftest import ROOT, pace
+from site_tests.conftest import ROOT, pace, processes_naming
 
 SCRIPT = ROOT / "code" / "where_stuck.py"
 RECORDED = ROOT / "docs" / "labs" / "recorded" / "where_stuck.json"
@@ -139,12 +139,8 @@ def test_printed_dumps_are_py_spys_trimmed(hung):
 
 def test_nothing_is_left_running(hung, fixed):
     for _, result, folder in (hung, fixed):
-        for pid in result["pids"]:
-            try:
-                cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-            except FileNotFoundError:
-                continue
-            assert SCRIPT.name.encode() not in cmdline, f"rank {pid} still running"
+        running = set(result["pids"]) & set(processes_naming(SCRIPT.name))
+        assert not running, f"ranks {sorted(running)} still running"
         assert list((folder / "tmp").iterdir()) == [], "the temporary folder outlived the run"
 
 
