@@ -27,8 +27,8 @@ that extra.css shows the message first and the path after it.
 import re
 import textwrap
 
-from lab_views import MARKER as LAB_MARKER
 from mkdocs.exceptions import PluginError
+from views import MARKER as LAB_MARKER
 
 MARKER = re.compile(r"^<!-- errors(?P<sometimes>-sometimes)?: (?P<pattern>.+?) -->$", re.M)
 HEADING = re.compile(r"^## (?P<title>.+)$", re.M)

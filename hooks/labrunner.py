@@ -47,7 +47,7 @@ class LabRun:
     def __init__(self, name, spec, root):
         known = {
             *("script", "args", "timeout", "recorded", "live_if_root", "torchrun", "inputs"),
-            "plain",
+            *("plain", "shown_first"),
         }
         unknown = set(spec) - known
         if unknown or "script" not in spec:

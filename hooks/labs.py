@@ -17,7 +17,9 @@ At the start of every build, for each declared run (labrunner.py does the work):
 
 A run declared with `recorded: PATH` is never started by the build: PATH is a record made on
 another machine by `python hooks/labrunner.py record NAME` (the NCCL lab needs GPUs), committed
-with the sources. The views in lab_views.py turn a record into Markdown and figures.
+with the sources. The views in the views/ package turn a record into Markdown and figures
+(views/__init__.py lists them); a run's `shown_first:` names the code its source view shows
+first, and a section it names that does not exist fails the build.
 
 A page that embeds runs' output may also index the errors they printed, with
 `<!-- errors: PATTERN -->` markers (see error_index.py), and the pages under docs/errors/ hold
@@ -38,17 +40,13 @@ from mkdocs.structure.files import File
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import error_entries  # noqa: E402
 import error_index  # noqa: E402
-import figure_views  # noqa: E402  (the ring and overlap views; figures drawn from code)
-import figures_ddp  # noqa: E402,F401  (chapters 2 to 4's figures)
-import figures_launch  # noqa: E402,F401  (chapters 1 and 5's figures, and the Slurm lab's)
-import figures_scale  # noqa: E402,F401  (chapters 6 to 8's figures)
-import lab_views  # noqa: E402
 import labrunner  # noqa: E402
-import past_ddp_views  # noqa: E402,F401  (registers chapter 8's lab views)
-import slurm_views  # noqa: E402,F401  (registers the Slurm lab's views)
-import two_nodes_views  # noqa: E402,F401  (registers the two-node lab's views)
+import views  # noqa: E402
+from views.common import Context  # noqa: E402
+from views.source import shown_first  # noqa: E402
 
 RUNS = {}
+SHOWN_FIRST = {}  # run name -> the sections its source view shows first (views/source.py)
 RECORDS = {}
 ERRORS = {}  # code/errors/corpus.yml: the error index's entries (error_entries.py)
 
@@ -61,6 +59,9 @@ def on_config(config):
         RUNS.update({name: labrunner.LabRun(name, spec, root) for name, spec in declared.items()})
     except labrunner.LabError as error:
         raise PluginError(str(error)) from None
+    SHOWN_FIRST.clear()
+    for name, run in RUNS.items():  # a declared section that is not there fails here
+        SHOWN_FIRST[name] = shown_first(run, declared[name].get("shown_first", {}))
     ERRORS.clear()
     ERRORS.update(error_entries.load_corpus(root))
     error_entries.check_markers(config.docs_dir, ERRORS)
@@ -82,7 +83,7 @@ def on_files(files, config):
                 files.append(File.generated(config, uri, abs_src_path=str(path)))
     for name, record in RECORDS.items():
         cache = labrunner.cache_root(RUNS[name].root)
-        for uri, content in lab_views.artifacts(name, record, cache).items():
+        for uri, content in views.artifacts(name, record, cache).items():
             files.append(File.generated(config, uri, content=content))
     return files
 
@@ -103,13 +104,16 @@ def on_page_markdown(markdown, page, config, files):
         name, view = match["run"], match["view"]
         if name not in RUNS:
             raise PluginError(f"{page.file.src_uri}: marker names unknown lab run {name!r}")
-        context = lab_views.Context(
-            run=RUNS[name], record=RECORDS[name], page_uri=page.file.src_uri
+        context = Context(
+            run=RUNS[name],
+            record=RECORDS[name],
+            page_uri=page.file.src_uri,
+            shown_first=SHOWN_FIRST[name],
         )
-        return lab_views.render(view, context)
+        return views.render(view, context)
 
-    markdown = lab_views.MARKER.sub(replace, markdown)
-    return figure_views.render_drawings(markdown, page.file.src_uri)
+    markdown = views.MARKER.sub(replace, markdown)
+    return views.render_drawings(markdown, page.file.src_uri)
 
 
 def on_page_content(content, page, config, files):

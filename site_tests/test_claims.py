@@ -158,7 +158,7 @@ def test_the_world_size_1_block_shows_and_asserts_the_gather_rule(tmp_path):
 # Chapter 3: the overlap figure's text leaves the verdict to the run
 # ---------------------------------------------------------------------------------------------
 def test_the_overlap_prose_makes_no_verdict_of_its_own():
-    """The figure's summary (hooks/figure_views.py) says which step ended first, from the
+    """The figure's summary (hooks/views/overlap.py) says which step ended first, from the
     record; prose beside it that decides for itself contradicts one run or the next."""
     near = prose(between(page("03-ddp.md"), "<!-- lab:overlap:overlap -->", "### ")).lower()
     for verdict in ("not a gain", "no gain", "is a gain", "faster", "slower", "earlier", "later"):

@@ -79,10 +79,10 @@ def test_the_figure_and_its_text_alternative_come_from_the_record(overlap):
 
 
 def figure_views():
-    """hooks/figure_views.py, which draws the figure and writes its verdict."""
+    """hooks/views/overlap.py, which draws the figure and writes its verdict."""
     if str(ROOT / "hooks") not in sys.path:
         sys.path.insert(0, str(ROOT / "hooks"))
-    return importlib.import_module("figure_views")
+    return importlib.import_module("views.overlap")
 
 
 def test_the_page_says_where_the_ranks_ran_and_compares_as_the_record_does(overlap):
@@ -158,7 +158,7 @@ def buckets(result):
 
 def figure_views_figures():
     figure_views()  # puts hooks/ on sys.path
-    return importlib.import_module("figures_ddp")
+    return importlib.import_module("views.figures_ddp")
 
 
 def test_the_rebuild_check_catches_buckets_out_of_arrival_order():

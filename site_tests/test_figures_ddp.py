@@ -1,4 +1,4 @@
-"""The figures of chapters 2 to 4 (hooks/figures_ddp.py): drawn from what they claim to draw.
+"""The figures of chapters 2 to 4 (hooks/views/figures_ddp.py): drawn from what they claim to draw.
 
 No site is built and no rank is spawned: the collectives figure is drawn from a tour made from
 code/ring_allreduce.py's own expectation, the buckets figure from a small record shaped like
@@ -25,7 +25,7 @@ def hook(name):
 
 @pytest.fixture(scope="module")
 def figures():
-    return hook("figures_ddp")
+    return hook("views.figures_ddp")
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +215,7 @@ def all_three(figures, collectives):
 
 @pytest.mark.parametrize("name", ["collectives", "buckets", "sampler"])
 def test_legible_on_a_phone_and_complete(all_three, name):
-    kit = hook("figure_views")
+    kit = hook("views.common")
     markup = all_three[name]
     (root,) = re.findall(r"<svg class=\"fig-diagram\"[^>]*>", markup)
     width = float(re.search(r'viewBox="0 0 ([\d.]+) ', root)[1])

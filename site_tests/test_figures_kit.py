@@ -1,4 +1,4 @@
-"""The figure kit's one palette: every figure module draws its rectangles with figure_views.box.
+"""The figure kit's one palette: every figure module draws its rectangles with views.kit.box.
 
 Every figure that figures_ddp, figures_launch and figures_scale register is drawn here as its
 page shows it (a lab view from the record of the run its page's marker names), and each of its
@@ -19,13 +19,9 @@ import pytest
 from site_tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "hooks"))
-import figure_views as kit  # noqa: E402
-import figures_ddp  # noqa: E402, F401  (registers its figures)
-import figures_launch  # noqa: E402, F401
-import figures_scale  # noqa: E402, F401
-import lab_views  # noqa: E402
+from views import DRAWINGS, MARKER, VIEWS, kit  # noqa: E402
 
-MODULES = {"figures_ddp", "figures_launch", "figures_scale"}
+MODULES = {"views.figures_ddp", "views.figures_launch", "views.figures_scale"}
 SVG = re.compile(r"<svg\b.*?</svg>", re.DOTALL)
 
 
@@ -33,15 +29,15 @@ def lab_markers():
     """{view: run} for every `<!-- lab:RUN:VIEW -->` on the site's pages."""
     found = {}
     for page in pathlib.Path(ROOT / "docs").rglob("*.md"):
-        for match in lab_views.MARKER.finditer(page.read_text(encoding="utf-8")):
+        for match in MARKER.finditer(page.read_text(encoding="utf-8")):
             found[match["view"]] = match["run"]
     return found
 
 
 def registered():
     """(kind of registry, name, function) of every figure the three modules register."""
-    drawings = [("figure", n, f) for n, f in kit.DRAWINGS.items() if f.__module__ in MODULES]
-    views = [("lab", n, f) for n, f in lab_views.VIEWS.items() if f.__module__ in MODULES]
+    drawings = [("figure", n, f) for n, f in DRAWINGS.items() if f.__module__ in MODULES]
+    views = [("lab", n, f) for n, f in VIEWS.items() if f.__module__ in MODULES]
     return drawings + views
 
 

@@ -1,4 +1,4 @@
-"""The figures of hooks/figures_launch.py: chapter 1's ranks on 2 nodes x 4 GPUs, chapter 5's
+"""The figures of hooks/views/figures_launch.py: chapter 1's ranks on 2 nodes x 4 GPUs, chapter 5's
 rendezvous and the Slurm launch tree, drawn from the committed lab records.
 
 Nothing here runs a lab or builds the site: each figure is drawn from code or from the record
@@ -17,9 +17,8 @@ import pytest
 from site_tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "hooks"))
-import figure_views  # noqa: E402
-import figures_launch  # noqa: E402
-import lab_views  # noqa: E402
+import views  # noqa: E402
+from views import common, figures_launch  # noqa: E402
 
 RECORDS = ROOT / "docs" / "labs" / "recorded"
 
@@ -87,8 +86,8 @@ def test_each_figure_is_legible_on_a_phone_without_scrolling(figures, name):
     root = float(re.search(r'font-size="([\d.]+)"', svg)[1])
     sizes = [float(s) for s in re.findall(r'<text[^>]*font-size="([\d.]+)"', svg)]
     smallest = min([root, *sizes])
-    px = smallest * figure_views.PHONE_COLUMN_PX / width
-    assert px >= figure_views.LEGIBLE_PX, f"{name}: {smallest} units in {width} render {px:.1f}px"
+    px = smallest * common.PHONE_COLUMN_PX / width
+    assert px >= common.LEGIBLE_PX, f"{name}: {smallest} units in {width} render {px:.1f}px"
     assert "fig-scroll__hint" not in figures[name], "no sideways scrolling on a phone"
 
 
@@ -112,8 +111,8 @@ def test_the_pages_show_the_figures_and_the_markers_are_registered():
     tree = "<!-- lab:slurm:slurm-tree -->"
     assert (chapter5 + slurm_lab).count(tree) == 1, "the launch tree is shown in one place"
     assert "05-launching.md#on-a-slurm-gpu-cluster" in slurm_lab, "the lab links to it"
-    assert "ranks-2x4" in figure_views.DRAWINGS
-    assert {"nodes-rendezvous", "slurm-tree"} <= set(lab_views.VIEWS)
+    assert "ranks-2x4" in views.DRAWINGS
+    assert {"nodes-rendezvous", "slurm-tree"} <= set(views.VIEWS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The figures of chapters 6 to 8 (hooks/figures_scale.py): each says in words what it draws,
+"""The figures of chapters 6 to 8 (hooks/views/figures_scale.py): each says in words what it draws,
 stays legible on a phone, and draws the numbers of its source, a lab record or chapter 7's model.
 
 The ZeRO figure reads the record of the build's own run (conftest's lab_record, shared with
@@ -19,9 +19,9 @@ import pytest
 from site_tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "hooks"))
-figures = importlib.import_module("figures_scale")
-figure_views = importlib.import_module("figure_views")
-lab_views = importlib.import_module("lab_views")
+figures = importlib.import_module("views.figures_scale")
+common = importlib.import_module("views.common")
+views = importlib.import_module("views")
 
 SVG = "{http://www.w3.org/2000/svg}"
 CHAPTERS = ROOT / "docs" / "chapters"
@@ -46,10 +46,10 @@ def zero(lab_record):
 def drawn(stuck, zero):
     """Every figure of the module, by its marker's name: its HTML as the page gets it."""
     return {
-        "stuck-ranks": lab_views.VIEWS["stuck-ranks"](context("where-stuck", stuck)),
-        "hide-or-wait": figure_views.DRAWINGS["hide-or-wait"](),
-        "ddp-memory": figure_views.DRAWINGS["ddp-memory"](),
-        "zero-stages": lab_views.VIEWS["zero-stages"](context("zero", zero)),
+        "stuck-ranks": views.VIEWS["stuck-ranks"](context("where-stuck", stuck)),
+        "hide-or-wait": views.DRAWINGS["hide-or-wait"](),
+        "ddp-memory": views.DRAWINGS["ddp-memory"](),
+        "zero-stages": views.VIEWS["zero-stages"](context("zero", zero)),
     }
 
 
@@ -107,19 +107,19 @@ def smallest_phone_px(markup):
     width = float(svg.get("width"))
     sizes = [float(svg.get("font-size"))]
     sizes += [float(t.get("font-size")) for t in svg.iter(f"{SVG}text") if t.get("font-size")]
-    return min(sizes) * min(1.0, figure_views.PHONE_COLUMN_PX / width)
+    return min(sizes) * min(1.0, common.PHONE_COLUMN_PX / width)
 
 
 def test_every_figure_fits_a_phone_with_legible_text(drawn):
     for name, markup in drawn.items():
         px = smallest_phone_px(markup)
-        assert px >= figure_views.LEGIBLE_PX, f"{name}: text at {px:.1f} px on a phone"
+        assert px >= common.LEGIBLE_PX, f"{name}: text at {px:.1f} px on a phone"
         assert "fig-scroll__hint" not in markup, f"{name} scrolls sideways on a phone"
 
 
 def test_a_figure_too_wide_for_a_phone_is_caught(drawn):
     markup = drawn["ddp-memory"].replace(f'width="{figures.WIDTH}"', 'width="520"', 1)
-    assert smallest_phone_px(markup) < figure_views.LEGIBLE_PX
+    assert smallest_phone_px(markup) < common.LEGIBLE_PX
 
 
 def test_every_figure_has_a_title_key_and_caption(drawn):
@@ -140,8 +140,8 @@ def test_each_marker_is_placed_on_its_chapter_and_names_a_registered_figure():
     for page, marker in placed.items():
         assert (CHAPTERS / page).read_text(encoding="utf-8").count(marker) == 1, (page, marker)
     assert "<!-- figure:ddp-memory -->" in (CHAPTERS / "07-scaling.md").read_text()
-    assert {"hide-or-wait", "ddp-memory"} <= set(figure_views.DRAWINGS)
-    assert {"stuck-ranks", "zero-stages"} <= set(lab_views.VIEWS)
+    assert {"hide-or-wait", "ddp-memory"} <= set(views.DRAWINGS)
+    assert {"stuck-ranks", "zero-stages"} <= set(views.VIEWS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -405,8 +405,9 @@ def test_nccl_views_render_a_gpu_record(built_site):
     (its docstring lists them); the numbers are made up and only their placement is checked.
     """
     sys.path.insert(0, str(ROOT / "hooks"))
-    import lab_views
     import labrunner
+    import views
+    from views.common import Context
 
     _, cache = built_site
     gloo = record(cache, "gloo")
@@ -444,19 +445,17 @@ def test_nccl_views_render_a_gpu_record(built_site):
         {"script": "code/26_ddp_nccl.py", "recorded": "docs/labs/recorded/x.json"},
         ROOT,
     )
-    context = lab_views.Context(
-        run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md"
-    )
-    results = lab_views.render("nccl-results", context)
+    context = Context(run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md")
+    results = views.render("nccl-results", context)
     assert "0.013 ms, 0.5 GB/s | 0.015 ms, 0.2 GB/s" in results
     assert "| Share of that all_reduce hidden under backward | 75% |" in results
     assert "not run at this world size: send_recv_ring" in results
     assert "NCCL will not run two ranks on one GPU." in results
-    provenance = lab_views.render("provenance", context)
+    provenance = views.render("provenance", context)
     assert "1× Test GPU" in provenance and "1.0, 12.8, 2.27.3" in provenance
     unrecorded = dataclasses.replace(context, record=None)
-    assert "No run recorded yet" in lab_views.render("provenance", unrecorded)
-    assert lab_views.render("nccl-results", unrecorded) == ""
+    assert "No run recorded yet" in views.render("provenance", unrecorded)
+    assert views.render("nccl-results", unrecorded) == ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,9 +465,9 @@ def gallery_errors(cache):
     """{run name: its error messages} for this build's failure-gallery runs."""
     sys.path.insert(0, str(ROOT / "hooks"))
     import error_index
-    import lab_views
+    import views
 
-    markers = lab_views.MARKER.finditer(page_source("failures.md"))
+    markers = views.MARKER.finditer(page_source("failures.md"))
     names = [m["run"] for m in markers if m["view"] == "stdout"]
     return {name: error_index.errors_in(record(cache, name)["stdout"]) for name in names}
 

@@ -1,4 +1,4 @@
-"""The figures of chapters 6 to 8, drawn at build time with figure_views' kit.
+"""The figures of chapters 6 to 8, drawn at build time with the figure kit (views/kit.py).
 
     <!-- lab:where-stuck:stuck-ranks -->   chapter 6: where each rank of the hung job waits,
                                            from the py-spy dumps in the where-stuck record
@@ -13,8 +13,7 @@ of that chapter's "scaling model" block (assumed hardware, not a measurement); t
 read every number they draw from the record.
 """
 
-from figure_views import box, diagram, drawing, swatch, text
-from lab_views import view
+from views.kit import box, diagram, swatch, text
 
 FONT = 14  # every figure here uses one text size: 14 units
 WIDTH = 440  # 14 * 358 / 440 = 11.4 px on a 390 px phone: legible without scrolling
@@ -65,7 +64,6 @@ def verdict(row):
     return "hidden" if exposed <= 0 else f"waits {exposed:.1f} ms"
 
 
-@drawing("hide-or-wait")
 def hide_or_wait():
     rows = strong_scaling()
     left, value_room, row_h = 10, 72, 64
@@ -175,7 +173,6 @@ def ddp_rank_bytes():
     ]
 
 
-@drawing("ddp-memory")
 def ddp_memory():
     layouts = ddp_rank_bytes()
     left, value_room, row_h, bar_h = 10, 62, 62, 24
@@ -348,7 +345,6 @@ def zero_stages_figure(result, uid, world=4):
     )
 
 
-@view("zero-stages")
 def zero_stages_view(context):
     return zero_stages_figure(context.result, f"fig-{context.run.name}-stages")
 
@@ -387,7 +383,6 @@ def stuck_words(result):
     return where + ". Every rank waits in the same call: look for a rank that is gone."
 
 
-@view("stuck-ranks")
 def stuck_ranks_view(context):
     result = context.result
     grid, ranks = stuck_grid(result), result["ranks"]
@@ -445,3 +440,7 @@ def stuck_ranks_view(context):
         key_entries=[(swatch(**look), meaning) for meaning, look in CELL_STATES.values()],
         label="Where each rank waits",
     )
+
+
+VIEWS = {"zero-stages": zero_stages_view, "stuck-ranks": stuck_ranks_view}
+DRAWINGS = {"hide-or-wait": hide_or_wait, "ddp-memory": ddp_memory}

@@ -1,4 +1,4 @@
-"""The figures of chapters 2 to 4, drawn at build time with figure_views' kit.
+"""The figures of chapters 2 to 4, drawn at build time with the figure kit (views/kit.py).
 
     <!-- lab:ring:collectives -->       chapter 2: what every collective of the table leaves on
                                         each of 4 ranks, before and after, from the values
@@ -11,13 +11,12 @@
                                         3 ranks, padded and with drop_last=True, worked out here
 
 Each is drawn tall rather than wide, so that its smallest text stays legible on a phone
-(figure_views.LEGIBLE_PX at figure_views.PHONE_COLUMN_PX). The sampler's split is computed in
+(common.LEGIBLE_PX at common.PHONE_COLUMN_PX). The sampler's split is computed in
 plain Python, without importing torch (slow to import in a build hook);
 site_tests/test_figures_ddp.py checks it against torch's own DistributedSampler.
 """
 
-from figure_views import box, diagram, drawing, swatch, text
-from lab_views import view
+from views.kit import box, diagram, swatch, text
 
 FONT = 14  # the smallest text of every figure here: width <= 32.5 * 14 = 455 fits a phone
 
@@ -141,7 +140,6 @@ def collectives_figure(tour, p, uid):
     )
 
 
-@view("collectives")
 def collectives_view(context):
     real = context.result["real"]
     if real is None:
@@ -267,7 +265,6 @@ def ordinal(n):
     return f"{n}{suffix}"
 
 
-@view("buckets")
 def buckets_view(context):
     return buckets_figure(context.result, f"fig-{context.run.name}-buckets")
 
@@ -348,7 +345,6 @@ def sampler_alt(n, p):
     )
 
 
-@drawing("sampler-split")
 def sampler_figure(n=SAMPLES, p=RANKS):
     parts, y = sampler_panel(n, p, False, 0)
     more, y = sampler_panel(n, p, True, y + 20)
@@ -373,3 +369,7 @@ def sampler_figure(n=SAMPLES, p=RANKS):
         ),
         label="How DistributedSampler splits the indices",
     )
+
+
+VIEWS = {"collectives": collectives_view, "buckets": buckets_view}
+DRAWINGS = {"sampler-split": sampler_figure}

@@ -2,6 +2,6 @@
 for example `<!-- lab:two-nodes:nodes-restart -->`.
 """
 
-from lab_views import part_views
+from views.common import part_views
 
-part_views("nodes", ["train", "restart", "trap", "store"])
+VIEWS = part_views("nodes", ["train", "restart", "trap", "store"])

@@ -1,4 +1,5 @@
-"""The figures of chapters 1 and 5, and the Slurm lab, drawn at build time with figure_views' kit.
+"""The figures of chapters 1 and 5, and the Slurm lab, drawn at build time with the figure kit
+(views/kit.py).
 
     <!-- figure:ranks-2x4 -->               chapter 1: 2 nodes x 4 GPUs, one process per GPU,
                                             RANK and LOCAL_RANK, replicas, shards, all-reduce
@@ -8,16 +9,15 @@
                                             from the lab's torchrun job as it ran
 
 Each is drawn tall rather than wide, so that its smallest text stays legible on a phone
-(figure_views.LEGIBLE_PX at figure_views.PHONE_COLUMN_PX). Numbers come from code (the ranks
+(common.LEGIBLE_PX at common.PHONE_COLUMN_PX). Numbers come from code (the ranks
 of chapter 1) or from a lab's record, never typed here.
 """
 
 import re
 from functools import partial
 
-import figure_views
-from figure_views import ACCENT, DASHES, arrowhead, diagram, drawing, outlines, swatch, text
-from lab_views import view
+from views import kit
+from views.kit import ACCENT, DASHES, arrowhead, diagram, outlines, swatch, text
 
 FONT = 12  # the smallest text of every figure here: width <= 32.5 * 12 = 390 fits a phone
 
@@ -26,7 +26,7 @@ LINES = f'<g class="fig-stroke--accent" fill="none" stroke="{ACCENT}" stroke-wid
 
 
 # The kit's box, left unoutlined: compose() outlines every box of a figure through one group.
-box = partial(figure_views.box, outlined=False)
+box = partial(kit.box, outlined=False)
 
 
 def line(d, uid=None, dashed=False):
@@ -79,7 +79,6 @@ def ranks_alt(processes, per_node):
     )
 
 
-@drawing("ranks-2x4")
 def ranks_figure(nodes=NODES, per_node=GPUS_PER_NODE):
     uid = "fig-ranks-2x4"
     processes = ranks_2x4(nodes, per_node)
@@ -194,7 +193,6 @@ def rendezvous_alt(facts):
     )
 
 
-@view("nodes-rendezvous")
 def rendezvous_view(context):
     facts = rendezvous_facts(context.result)
     uid = f"fig-{context.run.name}-rendezvous"
@@ -331,7 +329,6 @@ def tree_alt(tree):
     )
 
 
-@view("slurm-tree")
 def tree_view(context):
     tree = launch_tree(context.result["jobs"]["torchrun"])
     uid = f"fig-{context.run.name}-tree"
@@ -429,3 +426,7 @@ def tree_view(context):
         )
         + "\n"
     )
+
+
+VIEWS = {"nodes-rendezvous": rendezvous_view, "slurm-tree": tree_view}
+DRAWINGS = {"ranks-2x4": ranks_figure}

@@ -3,7 +3,9 @@
 `<!-- lab:zero:zero-state -->` (code/zero_lab.py).
 """
 
-from lab_views import part_views
+from views.common import part_views
 
-part_views("compile", ["graphs", "orders", "inductor"])
-part_views("zero", ["model", "state", "equal", "collectives", "fsdp"])
+VIEWS = {
+    **part_views("compile", ["graphs", "orders", "inductor"]),
+    **part_views("zero", ["model", "state", "equal", "collectives", "fsdp"]),
+}
