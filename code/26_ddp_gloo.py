@@ -28,39 +28,8 @@ Rank 0 also trains a single-process reference on the full (padded) batch and a c
 trains on rank 0's shard without any communication, prints the report and writes the JSON.
 What the NCCL lab does too lives once, shared: the command line in lab_cli.py, the rest in
 ddp_lab.py.
-
-The --json file (one object):
-  lab, backend, launcher ("mp.spawn" or "torchrun"), start_method ("spawn", "forkserver",
-  or null under torchrun), world_size, steps, timeout_s, samples, per_rank (samples per rank
-  per step), padded (repeats DistributedSampler added per step)
-  collectives            {all_reduce_sum, all_reduce_avg, all_reduce_max, all_gather,
-                          reduce_scatter, broadcast, all_to_all_single, send_recv_ring: bool,
-                          or null when it cannot run (the ring at world size 1)}
-  collectives_ok         bool: no collective above is false
-  api                    {all_gather, reduce_scatter: the torch.distributed function that ran}
-  reduce_scatter_avg_behaviour   "averages" | "sums" | "cannot tell at world size 1" | ...
-  reduce_scatter_avg_value       what rank 0 received (ranks contribute 1, 2, ..., p)
-  avg_beyond_all_reduce  {reduce_avg_on_dst, reduce_avg_input_left_on_others: what rank 0
-                          held after reduce with AVG to dst 0 and to dst p-1 (ranks give 1..p),
-                          integer_all_reduce_avg: "raises TypeName" or the int64 result}
-  variants               {naive, ddp, ddp_no_sync: {max_abs_diff: max |param - reference|
-                          on rank 0, replicas_identical: bool (null if the check never ran)}}
-  control_max_abs_diff   max |param - reference| for the control
-  thresholds             {variant_max, control_min}: what the verdict demands
-  replicas_identical     bool: every variant's replicas are bit-identical
-  ddp_buckets, ddp_bucket_bytes
-  allreduce_4mib         {bytes, seconds, algbw_GBps, busbw_GBps}
-  memcpy_4mib            {bytes, seconds, GBps, convention}
-  busbw_over_memcpy      allreduce_4mib.busbw_GBps / memcpy_4mib.GBps
-  sweep                  only with --sweep: [{bytes, seconds, algbw_GBps, busbw_GBps,
-                          memcpy_seconds, memcpy_GBps}], 4 KiB to 64 MiB in powers of 4
-  timeline_s             {phase: seconds from the script's start until every rank had reached
-                          that phase; done: when rank 0 finished}
-  failures               [what failed, in words]; verdict: "PASS" if none, else "FAIL"
-  env                    provenance.machine_facts()
 """
 
-import argparse
 import os
 import shutil
 import sys
@@ -94,24 +63,11 @@ def parse_args(argv=None):
         help="how ranks start without torchrun: fresh interpreters (spawn) or "
         "forks of a server that imported torch once (forkserver, faster)",
     )
-    # Fault injection, for the tests: crash:R makes rank R raise before training; skip:R makes
-    # rank R skip the replica check (a collective under an `if`), so the others wait for it.
-    parser.add_argument("--inject-fault", metavar="KIND:RANK", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     lab_cli.check_common(parser, args)
     if args.world_size is None:
         args.world_size = 2
-    args.fault = parse_fault(parser, args.inject_fault, args.world_size)
     return args
-
-
-def parse_fault(parser, text, world_size):
-    if text is None:
-        return None
-    kind, _, rank = text.partition(":")
-    if kind not in ("crash", "skip") or not rank.isdigit() or int(rank) >= world_size:
-        parser.error(f"--inject-fault wants crash:RANK or skip:RANK with RANK < {world_size}")
-    return kind, int(rank)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +98,7 @@ def start_forkserver(run_dir):
             os._exit(1)  # multiprocessing's exit hook would look for the directory just removed
 
 
+ARGS = None  # a spawned rank imports this file too, and gets its arguments from mp.spawn
 if __name__ == "__main__":
     ARGS = parse_args()
     if not ARGS.torchrun:
@@ -197,17 +154,13 @@ def distributed_part(rank, world_size, args, checkpoint):
     m["collectives"], m["api"] = lab.check_collectives(CPU)
     m["reduce_scatter_avg"] = lab.reduce_scatter_avg_behaviour(CPU)
     m["avg_beyond_all_reduce"] = lab.avg_beyond_all_reduce(CPU)
-    if args.fault == ("crash", rank):  # fault injection for the tests (--inject-fault)
-        raise RuntimeError(f"injected fault: rank {rank} crashed before training")
 
     m["params"], m["ddp_bucket_bytes"] = lab.train_variants(
         rank, world_size, CPU, args.steps, checkpoint
     )
 
-    m["replicas"] = {}
-    if args.fault != ("skip", rank):  # fault injection: this rank skips the whole phase
-        checkpoint("replicas")
-        m["replicas"] = {name: lab.replicas_identical(p) for name, p in m["params"].items()}
+    checkpoint("replicas")
+    m["replicas"] = {name: lab.replicas_identical(p) for name, p in m["params"].items()}
 
     checkpoint("timing")
     m["allreduce_4mib"] = lab.time_all_reduce(4 * lab.MiB, CPU, cpu_sync)
@@ -230,7 +183,7 @@ def distributed_part(rank, world_size, args, checkpoint):
 # Report (rank 0)
 # ---------------------------------------------------------------------------------------------
 def summarise(m, reference, control, passed, args):
-    """Everything measured, in the order of the JSON schema in the docstring, and the verdict."""
+    """Everything measured, the sweep if asked for, and the verdict."""
     r = lab.summary("26_ddp_gloo", "gloo", args.start_method, m, reference, control, args)
     if args.sweep:
         r["sweep"] = m["sweep"]
@@ -268,5 +221,5 @@ def main(args):
     lab.launch(run_rank, args, args.start_method)
 
 
-if __name__ == "__main__":
+if ARGS is not None:  # this process started the lab; a spawned rank stops at the definitions
     main(ARGS)

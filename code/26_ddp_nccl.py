@@ -34,15 +34,6 @@ Which implementation "nccl" builds depends on the release: in 2.15 the in-tree n
 on the default, and records which class it got:
 
     TORCH_DIST_USE_NCCL2=0 python code/26_ddp_nccl.py   # the legacy backend on 2.15, to compare
-
-The --json file holds every key of the gloo lab's (see 26_ddp_gloo.py; the sweep rows are
-float32) and also:
-  gpu          {model, count, capability, memory_GiB, driver, cuda, nccl}
-  nccl_backend the class behind "nccl" on this run: ProcessGroupNCCL2 or ProcessGroupNCCL
-  sweep_bf16   the sweep again in bfloat16, same row keys
-  ddp_step     {model, parameters, gradient_bytes, batch, buckets, compute_only_s,
-                with_comm_s, exposed_comm_s, allreduce_gradients_s}
-  note         why the world size is 1 on a single GPU, else null
 """
 
 import contextlib
@@ -72,6 +63,7 @@ def parse_args(argv=None):
     return args
 
 
+ARGS = None  # a spawned rank imports this file too, and gets its arguments from mp.spawn
 if __name__ == "__main__":
     ARGS = parse_args()
 
@@ -302,5 +294,5 @@ def main(args):
     lab.launch(run_rank, args)
 
 
-if __name__ == "__main__":
+if ARGS is not None:  # this process started the lab; a spawned rank stops at the definitions
     main(ARGS)

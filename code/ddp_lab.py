@@ -577,7 +577,7 @@ def judge(params, replicas, reference, control):
 
 
 def summary(name, backend, start_method, m, reference, control, args):
-    """The keys every lab's JSON starts with, in the order 26_ddp_gloo.py's docstring lists.
+    """The keys every lab's JSON starts with, from the run's settings and what it measured.
 
     `m` is what the lab measured on rank 0; the lab adds its own keys, then calls conclude().
     """

@@ -3,11 +3,13 @@
 Every run the selected tests need starts at once when the module's first such test asks, each in
 a thread of its own, so their imports and waits overlap on a small machine. Four of them must
 pass side by side (spawn at world size 2 with the site's arguments, forkserver at 2 and 3,
-torchrun on a free port below the range the OS hands out); the others inject a crash, skip a
-collective, or break the lab on purpose to show that the assertions have teeth. Each run
-carries a unique marker in its environment, which every process it starts inherits: a process
-still holding the marker after the run is a leak. Each run also gets a fresh TMPDIR, which must
-be empty again at the end.
+torchrun on a free port below the range the OS hands out); the others inject a crash or skip a
+collective from outside the script (site_tests/lab_faults.py), or break the lab on purpose to
+show that the assertions have teeth. Each run carries a unique marker in its environment, which
+every process it starts inherits: a process still holding the marker after the run is a leak.
+Each run also gets a fresh TMPDIR, which must be empty again at the end. What the --json file
+holds is written down once, as a JSON Schema in site_tests/schemas/ (the NCCL lab's extends the
+gloo lab's), and every passing run is checked against it.
 
 Argument errors need no run: they must fail in milliseconds, before torch is imported, which a
 fake `torch` package that refuses to import makes certain.
@@ -20,7 +22,6 @@ import os
 import pathlib
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,8 @@ import tempfile
 import time
 import uuid
 
+import jsonschema
+import psutil
 import pytest
 
 from site_tests.conftest import ROOT, pace
@@ -35,6 +38,8 @@ from site_tests.conftest import ROOT, pace
 CODE = ROOT / "code"
 LAB = CODE / "26_ddp_gloo.py"
 SHARED = CODE / "ddp_lab.py"
+FAULTS = ROOT / "site_tests" / "lab_faults.py"  # runs a lab with one rank made to fail
+SCHEMAS = ROOT / "site_tests" / "schemas"
 RUN_TIMEOUT = 120  # seconds for one lab process, start to finish
 MARKER = "DDP_LAB_TEST_MARKER"
 VARIANTS = ("naive", "ddp", "ddp_no_sync")
@@ -56,17 +61,18 @@ pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
 # ---------------------------------------------------------------------------------------------
 # name -> how to run it. `args` go to the lab; `torchrun` starts it under torchrun instead of
 # mp.spawn (with `nproc` ranks, default 2); `mutate` = (old, new) is applied to a copy of
-# ddp_lab.py that the run imports; `script` replaces the gloo lab (the NCCL tests use it).
+# ddp_lab.py that the run imports; `fault` ("crash:R", "skip:R") has lab_faults.py start the
+# script with rank R made to fail; `script` replaces the gloo lab (the NCCL tests use it).
 RUNS = {
     "ws2": {"args": ["--world-size", "2", "--steps", "5", "--sweep"]},  # what the site runs
     # 16 samples over 3 ranks: the sampler pads. A forkserver imports torch once, not 3 times.
     "ws3": {"args": ["--world-size", "3", "--start-method", "forkserver"]},
     "ws2_forkserver": {"args": ["--world-size", "2", "--start-method", "forkserver"]},
     "torchrun": {"args": ["--torchrun"], "torchrun": True},
-    "crash": {"args": ["--inject-fault", "crash:1", "--timeout", str(CRASH_TIMEOUT_S)]},
+    "crash": {"fault": "crash:1", "args": ["--timeout", str(CRASH_TIMEOUT_S)]},
     "skip": {
-        "args": ["--inject-fault", "skip:1", "--timeout", str(SKIP_TIMEOUT_S)]
-        + ["--start-method", "forkserver"]
+        "fault": "skip:1",
+        "args": ["--timeout", str(SKIP_TIMEOUT_S), "--start-method", "forkserver"],
     },
     "broken_average": {
         "args": ["--start-method", "forkserver"],
@@ -99,14 +105,17 @@ class Run:
         script = self.spec.get("script", LAB)
         if "mutate" in self.spec:
             script = copy_with_mutation(self.workdir / "lab", *self.spec["mutate"])
+        program = [str(script), *self.spec["args"]]
+        if "fault" in self.spec:
+            program = [str(FAULTS), self.spec["fault"], *program]
         if self.spec.get("torchrun"):
             launcher = [
                 "-m", "torch.distributed.run", "--nnodes=1",
                 f"--nproc_per_node={self.spec.get('nproc', 2)}",
                 "--master_addr=127.0.0.1", f"--master_port={free_port()}",
             ]  # fmt: skip
-            return [sys.executable, *launcher, str(script), *self.spec["args"]]
-        return [sys.executable, str(script), *self.spec["args"]]
+            return [sys.executable, *launcher, *program]
+        return [sys.executable, *program]
 
     def execute(self):
         self.workdir.mkdir(parents=True)
@@ -197,30 +206,27 @@ def bindable(port):
 
 
 def marked_processes(marker):
-    """Pids of live processes whose environment holds MARKER=marker."""
-    wanted = f"{MARKER}={marker}".encode()
+    """Live processes whose environment holds MARKER=marker."""
     found = []
-    for proc in pathlib.Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:  # gone already, or not ours to read
+            if proc.environ().get(MARKER) == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone (a zombie too), or not ours
             continue
-        if wanted in environ.split(b"\0"):
-            found.append(int(proc.name))
     return found
 
 
 def end_marked_processes(marker, grace):
-    """Give the run's processes `grace` seconds to vanish; kill and return any that stay."""
+    """Give the run's processes `grace` seconds to vanish; kill any that stay, return their pids."""
     deadline = time.monotonic() + grace
-    while (pids := marked_processes(marker)) and time.monotonic() < deadline:
+    while (procs := marked_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return pids
+    for proc in procs:
+        # psutil checks that the pid still names the process it found, not a newcomer
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    return [proc.pid for proc in procs]
 
 
 def wanted_runs(request):
@@ -258,6 +264,16 @@ def by_run(*names):
 # ---------------------------------------------------------------------------------------------
 # What a correct run shows (the teeth tests feed these broken runs)
 # ---------------------------------------------------------------------------------------------
+def lab_schema(extension=None):
+    """The JSON Schema of the gloo lab's --json file, or of a lab's that extends it (nccl_lab)."""
+    schema = json.loads((SCHEMAS / "gloo_lab.json").read_text())
+    if extension:
+        more = json.loads((SCHEMAS / f"{extension}.json").read_text())
+        schema["properties"] |= more["properties"]
+        schema["required"] += more["required"]
+    return schema
+
+
 def check_collectives(r):
     assert r["collectives_ok"], r["collectives"]
     assert all(ok is True for ok in r["collectives"].values()), r["collectives"]
@@ -308,6 +324,7 @@ def test_only_rank_0_prints_one_report(run):
 @by_run(*TOGETHER)
 def test_json_describes_the_run(run):
     r = run.results
+    jsonschema.validate(r, lab_schema())
     assert r["lab"] == "26_ddp_gloo" and r["backend"] == "gloo" and r["verdict"] == "PASS"
     assert r["launcher"] == ("torchrun" if run.name == "torchrun" else "mp.spawn")
     assert r["per_rank"] * r["world_size"] == r["samples"] + r["padded"]

@@ -4,8 +4,8 @@ Anywhere: bad arguments fail in one line with status 2 before torch is imported;
 without CUDA gets one line and status 2 (CUDA_VISIBLE_DEVICES="" makes any machine one); the
 backend that plain "nccl" registers is the one the page names for the release (no GPU needed:
 registering a backend builds no communicator); and the committed record of a GPU run,
-docs/labs/recorded/26_ddp_nccl.json, if there is one, has the schema and provenance the lab
-page relies on.
+docs/labs/recorded/26_ddp_nccl.json, if there is one, has the schema (site_tests/schemas/) and
+provenance the lab page relies on.
 
 With CUDA: the lab runs on every visible GPU through mp.spawn, and on up to two through
 torchrun, and must pass the gloo lab's checks (the ring and the control need two ranks); asking
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
 
 from site_tests.conftest import ROOT, pace
@@ -28,6 +29,7 @@ from site_tests.test_26_ddp_gloo import (
     check_control,
     check_replicas,
     check_variants,
+    lab_schema,
 )
 
 LAB = ROOT / "code" / "26_ddp_nccl.py"
@@ -53,6 +55,7 @@ def assert_lab_passed(r):
 
 def assert_gpu_schema(r):
     """The GPU-only keys: provenance, both sweeps, the DDP step split."""
+    jsonschema.validate(r, lab_schema("nccl_lab"))
     gpu = r["gpu"]
     assert set(gpu) == {"model", "count", "capability", "memory_GiB", "driver", "cuda", "nccl"}
     assert gpu["model"] and gpu["cuda"] and gpu["nccl"] and gpu["count"] >= r["world_size"]

@@ -402,7 +402,8 @@ def test_nccl_views_render_a_gpu_record(built_site):
     """No GPU record is committed yet; render the NCCL page's views from one shaped like it.
 
     The shape is the gloo run's record plus the GPU-only keys that code/26_ddp_nccl.py writes
-    (its docstring lists them); the numbers are made up and only their placement is checked.
+    (site_tests/schemas/nccl_lab.json lists them); the numbers are made up and only their
+    placement is checked.
     """
     sys.path.insert(0, str(ROOT / "hooks"))
     import labrunner
