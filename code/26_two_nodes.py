@@ -31,7 +31,9 @@ Teardown lives in one place (netns.py, shared with the Slurm lab), a small shell
 process started first in a session of its own. It waits for this script to end (its
 stdin closes however the script ends, SIGKILL included), then kills every process in
 the run's namespaces, deletes them, and removes the temporary directory. Namespaces of
-a run whose guardian was killed too are swept at the next start.
+a run whose guardian was killed too are swept at the next start. What else it shares
+with the Slurm lab (the machine check, the reference run beside the jobs, the report's
+wrapping) is in cluster_common.py.
 
 --json PATH writes: clusters (hosts, namespaces), steps, parts {train, restart, trap,
 store}, reference_max_abs_diff, restart_bit_identical, env.
@@ -42,16 +44,22 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
+from cluster_common import (  # noqa: E402
+    Reference,
+    continued_lines,
+    final_params,
+    max_abs_diff,
+    require_root_and_tools,
+    say,
+)
 from lab_cli import OneLineParser  # noqa: E402
 from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
@@ -110,20 +118,12 @@ def parse_args(argv=None):
     folder = os.path.dirname(os.path.abspath(args.json or "."))
     if args.json and not os.path.isdir(folder):
         parser.error(f"--json {args.json}: directory {folder!r} does not exist")
-    if os.geteuid() != 0:
-        message = "26_two_nodes.py: needs root (CAP_NET_ADMIN) for network namespaces"
-        print(message, file=sys.stderr)
-        sys.exit(2)  # as for bad input: this machine cannot run it as asked
-    tools = ("ip", "nft", "unshare", "hostname")
-    missing = ", ".join(tool for tool in tools if not shutil.which(tool))
-    if missing:
-        hint = "Debian: apt-get install iproute2 nftables"
-        parser.error(f"needs {missing} on PATH ({hint})")
-    # Root in a container may still lack CAP_SYS_ADMIN: try a namespace that lives for
-    # one `true` and leaves nothing behind.
-    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
-    if probe.returncode != 0:
-        parser.error("cannot create network namespaces here (needs CAP_SYS_ADMIN)")
+    require_root_and_tools(
+        parser,
+        not_root="26_two_nodes.py: needs root (CAP_NET_ADMIN) for network namespaces",
+        tools=("ip", "nft", "unshare", "hostname"),
+        hint="Debian: apt-get install iproute2 nftables",
+    )
     if args.join_timeout is None:
         args.join_timeout = round(pace.limit(90))  # torchrun reads whole seconds
     if args.deadline is None:
@@ -157,14 +157,7 @@ def shown(argv, env, tmp):
     run's temporary directory (the shared file system), wrapped to fit a page."""
     words = [f"{k}={v}" for k, v in env.items() if k in SHOWN_ENV]
     words += ["torchrun", *(word.replace(str(tmp), "$SHARED") for word in argv[1:])]
-    lines = [words[0]]
-    for word in words[1:]:
-        if len(lines[-1]) + len(word) > 76:
-            lines[-1] += " \\"
-            lines.append("    " + word)
-        else:
-            lines[-1] += " " + word
-    return "\n".join(lines)
+    return continued_lines(words, 76)
 
 
 class Job:
@@ -291,14 +284,6 @@ def next_report(proc):
     return {"connected": False, "error": f"exited without a report: {noise[-1:]}"}
 
 
-def final_params(events):
-    """The parameters every rank ended with, as float.hex() strings (all must agree)."""
-    finals = {tuple(e["params"]) for e in events if e["event"] == "done"}
-    if len(finals) != 1:
-        sys.exit(f"26_two_nodes.py: {len(finals)} different final parameter sets")
-    return list(finals.pop())
-
-
 # -------------------------------------------------------------------------------------
 # The parts
 # -------------------------------------------------------------------------------------
@@ -366,7 +351,7 @@ def train_part(job):
             ),
             key=lambda r: r["rank"],
         ),
-        "params": final_params(events),
+        "params": final_params(events, "26_two_nodes.py"),
     }
 
 
@@ -410,7 +395,7 @@ def restart_part(job, codes):
         "restarted_ranks": sorted(e["rank"] for e in restarted),
         "timeline": [timeline_row(*row) for row in sorted(timeline)],
         "crash_to_resumed_s": round(resumed["t"] - t0, 2),
-        "params": final_params(events),
+        "params": final_params(events, "26_two_nodes.py"),
     }
 
 
@@ -426,17 +411,6 @@ def trap_part(job, codes):
         "failed": any(code != 0 for code in codes.values()),
         "error": loopback_error(job.output("node0") + job.output("node1")),
     }
-
-
-def reference_params(steps):
-    import elastic_train
-
-    return elastic_train.params_hex(elastic_train.reference(steps))
-
-
-def max_abs_diff(hex_a, hex_b):
-    pairs = zip(hex_a, hex_b, strict=True)
-    return max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in pairs)
 
 
 # -------------------------------------------------------------------------------------
@@ -457,14 +431,8 @@ def run(args, tmp, run_prefix):
         cluster.create()
     names = [ns for cluster in clusters.values() for ns in cluster.ns.values()]
     progress(f"namespaces up: {', '.join(names)}")
-    # The launcher waits most of the run: it imports torch meanwhile, for the reference.
-    # A daemon thread, so that a SIGTERM or a failed job need not wait for it to finish.
-    reference = {}
-    side = threading.Thread(
-        target=lambda: reference.update(params=reference_params(args.steps)),
-        daemon=True,
-    )
-    side.start()
+    reference = Reference(args.steps)  # trained beside the jobs, while we wait for them
+    reference.start()
     train = Job(clusters["train"], tmp, args)
     if args.nodes_up == 1:
         open_store_then_train(train, args)
@@ -496,14 +464,14 @@ def run(args, tmp, run_prefix):
 
     from provenance import machine_facts
 
-    side.join()
+    reference_params = reference.wait()
     parts = {
         "train": train_part(train),
         "restart": restart_part(restart, restart_codes),
         "trap": trap_part(trap, trap_codes),
         "store": store,
     }
-    reference_diff = max_abs_diff(parts["train"]["params"], reference["params"])
+    reference_diff = max_abs_diff(parts["train"]["params"], reference_params)
     return {
         "lab": "26_two_nodes",
         "clusters": {
@@ -516,12 +484,6 @@ def run(args, tmp, run_prefix):
         "restart_bit_identical": parts["restart"]["params"] == parts["train"]["params"],
         "env": machine_facts(),
     }
-
-
-def say(text="", indent=""):
-    """Print `text` wrapped to 88 columns: every line of this report goes on a page."""
-    more = indent + "  "
-    print(textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=more))
 
 
 def report(r):

@@ -35,6 +35,8 @@ the torchrun job's. A watcher records each job's state as it changes.
 
 On any ending, SIGKILL included, the guardian (netns.py) kills every daemon and job
 process in the run's namespaces and removes the temporary directory, key included.
+The machine check, the reference run beside the jobs and the report's wrapping are the
+two-node lab's too: they live in cluster_common.py.
 
 --json PATH writes: cluster, slurm_conf, sinfo, ntasks, jobs {torchrun, srun, requeue}
 (each with its ranks and its tasks' node-env.sh lines), release, squeue, states,
@@ -57,6 +59,14 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pace  # noqa: E402
+from cluster_common import (  # noqa: E402
+    Reference,
+    continued_lines,
+    final_params,
+    max_abs_diff,
+    require_root_and_tools,
+    say,
+)
 from lab_cli import OneLineParser  # noqa: E402
 from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
@@ -103,17 +113,12 @@ def parse_args(argv=None):
     folder = os.path.dirname(os.path.abspath(args.json or "."))
     if args.json and not os.path.isdir(folder):
         parser.error(f"--json {args.json}: directory {folder!r} does not exist")
-    if os.geteuid() != 0:
-        print("27_slurm.py: needs root (network namespaces, Slurm's daemons)", file=sys.stderr)
-        sys.exit(2)  # as for bad input: this machine cannot run it as asked
-    tools = ("ip", "unshare", "hostname", *DAEMONS, *CLIENTS)
-    missing = ", ".join(tool for tool in tools if not shutil.which(tool))
-    if missing:
-        hint = "Debian: apt-get install iproute2 munge slurm-wlm"
-        parser.error(f"needs {missing} on PATH ({hint})")
-    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
-    if probe.returncode != 0:
-        parser.error("cannot create network namespaces here (needs CAP_SYS_ADMIN)")
+    require_root_and_tools(
+        parser,
+        not_root="27_slurm.py: needs root (network namespaces, Slurm's daemons)",
+        tools=("ip", "unshare", "hostname", *DAEMONS, *CLIENTS),
+        hint="Debian: apt-get install iproute2 munge slurm-wlm",
+    )
     if args.deadline is None:
         args.deadline = pace.limit(150)
     return args
@@ -376,14 +381,6 @@ def events(out_text):
     return sorted(found, key=lambda e: e["t"])
 
 
-def final_params(evs, name):
-    """The parameters every rank ended with, as float.hex() strings (all must agree)."""
-    finals = {tuple(e["params"]) for e in evs if e["event"] == "done"}
-    if len(finals) != 1:
-        sys.exit(f"27_slurm.py: the {name} job: {len(finals)} different final parameter sets")
-    return list(finals.pop())
-
-
 def ranks(evs):
     starts = [e for e in evs if e["event"] == "start"]
     keys = ("rank", "group_rank", "local_rank", "world", "device", "resume_step")
@@ -463,17 +460,6 @@ def without_tracebacks(lines):
     return kept, dropped
 
 
-def reference_params(steps):
-    import elastic_train
-
-    return elastic_train.params_hex(elastic_train.reference(steps))
-
-
-def max_abs_diff(hex_a, hex_b):
-    pairs = zip(hex_a, hex_b, strict=True)
-    return max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in pairs)
-
-
 # -------------------------------------------------------------------------------------
 # The run
 # -------------------------------------------------------------------------------------
@@ -551,6 +537,7 @@ def job_result(slurm, job_id, name):
     out = (slurm.shared / f"slurm-{job_id}.out").read_text(errors="replace")
     evs = events(out)
     info = slurm.job(job_id)
+    completed = info["JobState"] == "COMPLETED"
     shown = ("JobId", "JobName", "JobState", "Reason", "Restarts", "ExitCode", "NodeList")
     shown += ("NumNodes", "NumTasks", "CPUs/Task", "TresPerNode", "TresPerTask", "StdOut")
     return {
@@ -561,8 +548,8 @@ def job_result(slurm, job_id, name):
         "show_job": {k: info[k].replace(str(slurm.tmp), "$TMP") for k in shown if k in info},
         "ranks": ranks(evs),
         "tasks": tasks(out),
-        "params": final_params(evs, name) if info["JobState"] == "COMPLETED" else None,
-        "log": shown_log(out, slurm.tmp, info["JobState"] == "COMPLETED"),
+        "params": final_params(evs, f"27_slurm.py: the {name} job") if completed else None,
+        "log": shown_log(out, slurm.tmp, completed),
         "events": evs,
     }
 
@@ -620,13 +607,8 @@ def run(args, tmp, run_prefix):
     ntasks = tasks_per_node(slurm)
     for path in (TRAIN, NODE_ENV, *SCRIPTS.values()):
         shutil.copy(path, slurm.shared)
-    # The launcher waits most of the run: it imports torch meanwhile, for the reference.
-    reference = {}
-    side = threading.Thread(
-        target=lambda: reference.update(params=reference_params(args.steps)),
-        daemon=True,
-    )
-    side.start()
+    reference = Reference(args.steps)  # trained beside the jobs, while we wait for them
+    reference.start()
     watcher = StateWatcher(slurm)
     watcher.start()
     steps = f"--steps={args.steps}"
@@ -671,7 +653,7 @@ def run(args, tmp, run_prefix):
             for _, line in controller_lines(slurm.log("slurmctld.log"), job["id"]):
                 print(f"slurmctld: {line}", file=sys.stderr)
             sys.exit(f"27_slurm.py: the {name} job ended {job['state']}")
-    side.join()
+    reference_params = reference.wait()
     log = slurm.log("slurmctld.log")
     requeue = {**requeue_figures(jobs["requeue"], watcher.changes, log), "hold": hold}
     for job in jobs.values():
@@ -679,7 +661,7 @@ def run(args, tmp, run_prefix):
     t_first = watcher.changes[0]["t"]
     from provenance import machine_facts
 
-    diffs = [max_abs_diff(jobs[n]["params"], reference["params"]) for n in ("torchrun", "srun")]
+    diffs = [max_abs_diff(jobs[n]["params"], reference_params) for n in ("torchrun", "srun")]
     return {
         "lab": "27_slurm",
         "cluster": {"hosts": cluster.hosts, "namespaces": list(cluster.ns.values())},
@@ -701,22 +683,9 @@ def run(args, tmp, run_prefix):
     }
 
 
-def say(text="", indent=""):
-    """Print `text` wrapped to 88 columns: every line of this report goes on a page."""
-    more = indent + "  "
-    print(textwrap.fill(text, 88, initial_indent=indent, subsequent_indent=more))
-
-
 def command_lines(command):
     """`ctl$ COMMAND`, broken with backslashes to fit a page's 88 columns."""
-    lines = ["ctl$"]
-    for word in command.split():
-        if len(lines[-1]) + len(word) > 84:
-            lines[-1] += " \\"
-            lines.append("    " + word)
-        else:
-            lines[-1] += " " + word
-    return "\n".join(lines)
+    return continued_lines(["ctl$", *command.split()], 84)
 
 
 def show_job(job):

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+import psutil
 import pytest
 
 from site_tests.adopter import run_adopting
@@ -84,19 +85,23 @@ def leftovers(pid, inodes):
     naming the run's folder (the daemons do), the run's folder (key, spool, state)."""
     prefix = f"ddpslurm-{pid}-"
     found = list(namespace_inodes(pid))
-    for proc in pathlib.Path("/proc").glob("[0-9]*"):
-        if int(proc.name) == os.getpid():
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid == os.getpid():
             continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            net = os.readlink(proc / "ns" / "net")
-        except OSError:
-            continue
-        inode = int(re.search(r"\[(\d+)\]", net)[1])
-        if prefix in cmdline or inode in inodes:
-            found.append(f"process {proc.name}: {cmdline[:120]}")
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if prefix in cmdline or net_namespace(proc.pid) in inodes:
+            found.append(f"process {proc.pid}: {cmdline[:120]}")
     found += [str(p) for p in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*")]
     return found
+
+
+def net_namespace(pid):
+    """The inode of the network namespace process `pid` is in; None once it has ended (psutil
+    does not say which namespace a process is in)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
 
 
 def wait_until_clean(pid, inodes, seconds=30):

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 
+import psutil
 import pytest
 
 from site_tests.adopter import run_adopting
@@ -47,16 +48,15 @@ def lab(*args, env=None, timeout=RUN_TIMEOUT):
 
 
 def lab_processes(pid):
-    """(pid, argv) of every process whose command line names the run with launcher `pid`."""
+    """(pid, argv) of every process whose command line names the run with launcher `pid`.
+    A process that ends, or whose command line we may not read, while we look is passed over
+    (process_iter gives it no command line)."""
     prefix = f"ddp2n-{pid}-"
     found = []
-    for proc in pathlib.Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(prefix in word for word in argv) and int(proc.name) != os.getpid():
-            found.append((proc.name, [word for word in argv if word]))
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if any(prefix in word for word in argv) and proc.pid != os.getpid():
+            found.append((str(proc.pid), [word for word in argv if word]))
     return found
 
 
