@@ -3,7 +3,8 @@
 The fence tests (`nox -s fences`) prove that each fence passes; this hook shows the reader what
 it printed. For each page:
 
-1. every python fence is found, at any indentation (fences inside `???` folds count);
+1. every python fence is found by hooks/fence_parser.py, the parser the fence tests collect
+   with, so the build runs exactly the fences the tests do (fences inside `???` folds count);
 2. its cache key is the fence's text plus the torch and Python versions it runs on;
 3. the fences without a cached result run together in one child process
    (`hooks/fencerunner.py`, with a timeout, deprecations as errors, as the tests run them);
@@ -24,7 +25,6 @@ import hashlib
 import json
 import pathlib
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +32,7 @@ import tempfile
 from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import fence_parser  # noqa: E402
 import fencerunner  # noqa: E402
 import labrunner  # noqa: E402
 
@@ -39,43 +40,23 @@ RUNNER = pathlib.Path(__file__).with_name("fencerunner.py")
 PAGE_TIMEOUT_S = (
     180  # all of one page's uncached fences, torch import included, at pace's reference
 )
-OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
-PYTHON_INFO = re.compile(r"^(?:python3?|py)\b")
-
-
-class Fence:
-    """A python fence of a page: where it ends, how it is indented, and its code."""
-
-    def __init__(self, line, end, indent, code):
-        self.line, self.end, self.indent, self.code = line, end, indent, code
-
-    @property
-    def key(self):
-        versions = f"torch=={labrunner.installed_torch()} python=={platform.python_version()}"
-        digest = hashlib.sha256(f"{versions}\0{RUNNER.read_text()}\0{self.code}".encode())
-        return digest.hexdigest()[:20]
-
-    @property
-    def skipped(self):
-        return fencerunner.skip_reason(self.code) is not None
+PARSER = fence_parser.parser()
 
 
 def python_fences(lines):
-    """Every python fence in `lines`; fences inside other fences are text, not fences."""
-    fences, i = [], 0
-    while i < len(lines):
-        opening = OPENING.match(lines[i])
-        if not opening:
-            i += 1
-            continue
-        indent, ticks = opening["indent"], opening["ticks"]
-        closing = re.compile(rf"^{re.escape(indent)}{re.escape(ticks[0])}{{{len(ticks)},}}\s*$")
-        end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), len(lines))
-        if PYTHON_INFO.match(opening["info"].strip().lstrip("{. ")):
-            body = [line[len(indent) :] for line in lines[i + 1 : end]]
-            fences.append(Fence(i + 1, end, indent, "\n".join(body) + "\n"))
-        i = end + 1
-    return fences
+    """The python fences of a page's `lines`, as the fence tests collect them."""
+    return fence_parser.python_fences("\n".join(lines), PARSER)
+
+
+def fence_key(fence):
+    """The fence's cache key: its text, the runner, and the torch and Python it runs on."""
+    versions = f"torch=={labrunner.installed_torch()} python=={platform.python_version()}"
+    digest = hashlib.sha256(f"{versions}\0{RUNNER.read_text()}\0{fence.code}".encode())
+    return digest.hexdigest()[:20]
+
+
+def skipped(fence):
+    return fencerunner.skip_reason(fence.code) is not None
 
 
 def cache_folder(config):
@@ -86,7 +67,7 @@ def cache_folder(config):
 def run_uncached(fences, page, config):
     """Run the fences that have no cached output, in one process; cache what they print."""
     folder = cache_folder(config)
-    todo = [f for f in fences if not f.skipped and not (folder / f"{f.key}.json").is_file()]
+    todo = [f for f in fences if not skipped(f) and not (folder / f"{fence_key(f)}.json").is_file()]
     if not todo:
         return
     root = pathlib.Path(config.config_file_path).resolve().parent
@@ -113,7 +94,7 @@ def run_uncached(fences, page, config):
         if outcome["error"]:
             raise PluginError(f"fence {outcome['id']} failed:\n{outcome['error']}")
         fence = ids[outcome["id"]]
-        (folder / f"{fence.key}.json").write_text(json.dumps({"stdout": outcome["stdout"]}))
+        (folder / f"{fence_key(fence)}.json").write_text(json.dumps({"stdout": outcome["stdout"]}))
 
 
 def output_block(fence, stdout):
@@ -131,11 +112,11 @@ def on_page_markdown(markdown, page, config, files):
     run_uncached(fences, page, config)
     folder = cache_folder(config)
     for fence in reversed(fences):  # from the bottom, so earlier line numbers stay valid
-        if fence.skipped:
+        if skipped(fence):
             first = next(i for i in range(fence.line, fence.end) if lines[i].strip())
             del lines[first]  # the skip marker is for the runners, not for the reader
             continue
-        stdout = json.loads((folder / f"{fence.key}.json").read_text())["stdout"]
+        stdout = json.loads((folder / f"{fence_key(fence)}.json").read_text())["stdout"]
         if stdout.strip():
             lines[fence.end + 1 : fence.end + 1] = output_block(fence, stdout)
     return "\n".join(lines)

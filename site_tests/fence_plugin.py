@@ -2,8 +2,8 @@
 
 pytest-markdown-docs does the running; this plugin closes the gaps that would let a fence pass
 without running:
-- fences inside Material admonitions (`!!!`, `???`, `???+`) are collected, via markdown-it's
-  admonition plugin;
+- fences inside Material admonitions (`!!!`, `???`, `???+`) are collected, by the parser the
+  build finds its fences with (hooks/fence_parser.py), so the tests run what the build runs;
 - a python fence inside a content tab (`===`) is a collection error, because the collector
   cannot see it and it would silently never run;
 - a fence whose body sits under `if __name__ == "__main__":` is a collection error, because
@@ -27,47 +27,16 @@ import pathlib
 import re
 
 import pytest
-from markdown_it import MarkdownIt
-from mdit_py_plugins.admon import admon_plugin
 
+from hooks import fence_parser
 from hooks.fencerunner import skip_reason
 
 MAIN_GUARD = re.compile(r"^\s*if\s+__name__\s*==\s*['\"]__main__['\"]\s*:", re.MULTILINE)
-# A content tab header followed (after any blank lines) by an indented python fence.
-FENCE_IN_TAB = re.compile(
-    r'^===\+?\s+"[^"]*"\s*\n(?:\s*\n)*[ \t]+(?:```|~~~)\s*(?:\{\s*\.)?(?:python|py|python3)\b',
-    re.MULTILINE,
-)
-
-
-class AdmonitionMarkdownIt(MarkdownIt):
-    """CommonMark with Material's admonitions, where blank lines never end a fold early.
-
-    markdown-it's admonition plugin closes a block at two consecutive empty lines, and with it
-    any fence inside, so the rest of a fence that ruff formats with two blank lines between
-    functions would never run. MkDocs keeps such a fence whole. Giving each empty line between
-    two indented lines their common indentation (line numbers unchanged) makes both agree.
-    """
-
-    def parse(self, src, env=None):
-        return super().parse(indent_blank_lines(src), env)
-
-
-def indent_blank_lines(text):
-    lines = text.split("\n")
-    indents = [len(line) - len(line.lstrip(" ")) if line.strip() else None for line in lines]
-    for i, indent in enumerate(indents):
-        if indent is not None:
-            continue
-        before = next((n for n in reversed(indents[:i]) if n is not None), 0)
-        after = next((n for n in indents[i + 1 :] if n is not None), 0)
-        lines[i] = " " * min(before, after)
-    return "\n".join(lines)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_markdown_docs_markdown_it():
-    return AdmonitionMarkdownIt("commonmark").use(admon_plugin)
+    return fence_parser.parser()
 
 
 class HiddenFence(pytest.File):
@@ -84,13 +53,11 @@ def pytest_collect_file(file_path, parent):
     """Refuse Markdown that hides a python fence in a content tab."""
     if not (parent.config.option.markdowndocs and file_path.suffix == ".md"):
         return None
-    text = file_path.read_text(encoding="utf-8")
-    hidden = FENCE_IN_TAB.search(text)
+    hidden = fence_parser.hidden_fences(file_path.read_text(encoding="utf-8"))
     if not hidden:
         return None
-    line = text.count("\n", 0, hidden.start()) + 2
     parent.config.stash.setdefault(HIDDEN, {})[file_path] = (
-        f"{file_path}:{line}: a python fence inside a content tab is never collected; "
+        f"{file_path}:{hidden[0]}: a python fence inside a content tab is never collected; "
         "move it out of the tab"
     )
     return HiddenFence.from_parent(parent, path=file_path)

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from hooks import fence_parser
+from hooks.fencerunner import skip_reason
 from site_tests.conftest import ROOT, mkdocs_build
 
 HOOK = ROOT / "hooks" / "fences.py"
@@ -135,9 +137,9 @@ def test_the_key_covers_the_torch_version(monkeypatch):
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     (fence,) = hook.python_fences(["```python", "print(1)", "```"])
-    key = fence.key
+    key = hook.fence_key(fence)
     monkeypatch.setattr(hook.labrunner, "installed_torch", lambda: "2.99.0")
-    assert fence.key != key
+    assert hook.fence_key(fence) != key
 
 
 def teaching_fence_count(markdown):
@@ -145,8 +147,8 @@ def teaching_fence_count(markdown):
 
     Checks in a folded "How we know" block prove a claim; they need not print anything.
     """
-    bodies = re.findall(r"^```python[^\n]*\n(.*?)^```", markdown, re.S | re.M)
-    return sum(1 for body in bodies if "# fence: skip" not in body.split("\n", 1)[0])
+    fences = fence_parser.python_fences(markdown)
+    return sum(1 for fence in fences if not fence.nested and skip_reason(fence.code) is None)
 
 
 def outside_folds(markup):

@@ -1,18 +1,23 @@
 """The fence collector (site_tests/fence_plugin.py) closes the gaps that let a fence pass unrun.
 
 Each test writes a small Markdown file and runs pytest on it in a subprocess, exactly as
-`nox -s fences` does, then reads pytest's summary line.
+`nox -s fences` does, then reads pytest's summary line. The last tests check that the build
+(hooks/fences.py) runs exactly the fences the collector collects, on every page.
 """
 
+import importlib.util
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from mkdocs.utils.meta import get_data
 
+from hooks import fence_parser
 from site_tests.conftest import ROOT, pace
 
 
@@ -210,3 +215,86 @@ def test_the_site_switches_split_the_suite_in_two_halves(tmp_path, switches, kep
         assert sorted(ran) == ["test_a_lab", "test_needs_the_site"], proc.stdout
     else:
         assert ran == [kept] and "1 passed, 1 deselected" in proc.stdout, proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# The build runs the fences the tests collect, no more and no fewer, on every page
+# ---------------------------------------------------------------------------------------------
+COLLECTED = re.compile(r"^(?P<path>\S+)::\[CodeFence#\d+\]\[line:(?P<line>\d+)\]$", re.M)
+
+
+def fences_hook():
+    spec = importlib.util.spec_from_file_location("fences_hook", ROOT / "hooks" / "fences.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+def collected_fences(*pages):
+    """{page: the lines of the fences pytest-markdown-docs collects there}, as `nox -s fences`
+    collects them. `--rootdir=/` names every page by its whole path, a temporary one too."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--rootdir=/"]
+        + ["--collect-only", "-q", "--markdown-docs", *map(str, pages)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(60),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {page.resolve(): [] for page in pages}
+    for match in COLLECTED.finditer(proc.stdout):
+        found[pathlib.Path("/", match["path"])].append(int(match["line"]))
+    return found
+
+
+def built_fences(hook, page):
+    """The lines of the fences the build runs on `page`, numbered as the collector numbers them.
+
+    MkDocs hands the hook the page without its front matter; the collector reads it whole.
+    """
+    text = page.read_text(encoding="utf-8")
+    markdown, _ = get_data(text)
+    offset = text[: len(text) - len(markdown)].count("\n")
+    return [offset + fence.line for fence in hook.python_fences(markdown.split("\n"))]
+
+
+def test_the_build_runs_the_fences_the_tests_collect_on_every_page():
+    hook, pages = fences_hook(), sorted((ROOT / "docs").rglob("*.md"))
+    collected = collected_fences(*pages)
+    assert sum(map(len, collected.values())) > 0, "no fence collected at all"
+    differ = {
+        str(page.relative_to(ROOT)): {"built": built, "collected": collected[page.resolve()]}
+        for page in pages
+        if (built := built_fences(hook, page)) != collected[page.resolve()]
+    }
+    assert not differ, f"the build and the tests see different fences (by line): {differ}"
+
+
+FOLDED = """\
+---
+title: A page with front matter
+---
+# Page
+
+??? note "How we know"
+
+    ```python
+    assert True
+    ```
+
+```python
+x = 1
+```
+"""
+
+
+def test_a_fence_the_build_would_miss_is_caught(tmp_path, monkeypatch):
+    """Read without the admonition plugin, the build would skip the fold's fence: it differs."""
+    page = tmp_path / "page.md"
+    page.write_text(FOLDED)
+    hook = fences_hook()
+    collected = collected_fences(page)[page.resolve()]
+    assert built_fences(hook, page) == collected == [8, 12]
+    monkeypatch.setattr(hook, "PARSER", fence_parser.AdmonitionMarkdownIt("commonmark"))
+    assert built_fences(hook, page) == [12] != collected

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from hooks import fence_parser
 from hooks.fencerunner import WARNINGS_AS_ERRORS
 from site_tests.conftest import pace
 
@@ -27,10 +28,8 @@ CHAPTERS = sorted((ROOT / "docs" / "chapters").glob("*.md"))
 # machine, so the bound is generous; pace stretches it on a slower or shared one.
 TIMEOUT_S = 300
 
-# A top-level titled python fence: ```python title="..."  ...  ```
-FENCE = re.compile(
-    r'^```python title="(?P<title>[^"]+)"\n(?P<body>.*?)^```[ \t]*$', re.MULTILINE | re.DOTALL
-)
+# A fence's title, in its info string: ```python title="..."
+TITLE = re.compile(r'\btitle="(?P<title>[^"]+)"')
 
 # fence title -> substitutions (old text, new text); every one breaks the claim the fence checks
 MUTANTS = {
@@ -181,16 +180,18 @@ json.dump(results, open(sys.argv[2], "w"))
 
 
 def page_fences():
-    """Every titled python fence of the chapters, by title: (page, body).
+    """Every titled top-level python fence of the chapters, by title: (page, body).
 
     A title used twice, on one page or on two, is an error."""
     fences = {}
     for page in CHAPTERS:
-        for match in FENCE.finditer(page.read_text(encoding="utf-8")):
-            title = match["title"]
-            if title in fences:
-                raise AssertionError(f"{page.name}: fence title {title!r} is used twice")
-            fences[title] = (page, match["body"])
+        for fence in fence_parser.python_fences(page.read_text(encoding="utf-8")):
+            titled = TITLE.search(fence.info)
+            if fence.nested or not titled:
+                continue
+            if titled["title"] in fences:
+                raise AssertionError(f"{page.name}: fence title {titled['title']!r} is used twice")
+            fences[titled["title"]] = (page, fence.code)
     return fences
 
 

@@ -3,7 +3,8 @@
 One real `mkdocs build --strict` with an empty lab cache is shared by the tests that read the
 built HTML (it runs every lab, so it is the slowest fixture of the suite). The hook's behaviour
 on failure, on timeout and on a cache hit is tested on a tiny throw-away site whose lab needs no
-torch, so those builds take about a second each.
+torch, so those builds take about a second each. MkDocs itself fails the build on a broken
+Markdown link (mkdocs.yml's `validation`); the built HTML is checked for the links it cannot see.
 """
 
 import dataclasses
@@ -18,8 +19,10 @@ from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
 
 import pytest
+import yaml
 from markdown.extensions.toc import slugify
 
+from hooks import fence_parser
 from site_tests.conftest import ROOT, alive, mkdocs_build, pace
 from site_tests.test_where_stuck import SCRIPT as STUCK_SCRIPT
 from site_tests.test_where_stuck import call_lines
@@ -204,17 +207,23 @@ def test_sweep_figure_is_built_and_described(built_site):
 
 
 class Links(HTMLParser):
+    """A page's ids, and its link targets, each marked True when it sits in the page's article."""
+
     def __init__(self):
         super().__init__()
-        self.ids, self.targets = set(), []
+        self.ids, self.targets, self.in_article = set(), [], False
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
+        self.in_article |= tag == "article"
         if "id" in attrs:
             self.ids.add(attrs["id"])
         for name in ("href", "src"):
             if attrs.get(name):
-                self.targets.append(attrs[name])
+                self.targets.append((attrs[name], self.in_article))
+
+    def handle_endtag(self, tag):
+        self.in_article &= tag != "article"
 
 
 def parse(path, cache={}):  # noqa: B006  (a per-process memo of parsed pages)
@@ -225,11 +234,28 @@ def parse(path, cache={}):  # noqa: B006  (a per-process memo of parsed pages)
     return cache[path]
 
 
-def test_every_internal_link_and_anchor_resolves(built_site):
+def from_markdown(site, page):
+    """Whether MkDocs rendered `page` from a Markdown file (not a notebook, not the 404 page)."""
+    folder = page.parent.relative_to(site)
+    if page.name != "index.html":
+        return False
+    if folder == pathlib.Path("."):
+        return (ROOT / "docs" / "index.md").is_file()
+    return (ROOT / "docs" / folder.with_suffix(".md")).is_file()
+
+
+def validated_by_mkdocs(site, page, in_article, path):
+    """A link MkDocs checked while building (mkdocs.yml's `validation`): one written in the
+    Markdown of a page, to a page. Links in the theme, in pages it does not render, and to files
+    the hooks write (downloads, figures), it cannot see: those are checked here."""
+    return from_markdown(site, page) and in_article and path.suffix in ("", ".html")
+
+
+def test_links_mkdocs_does_not_validate_resolve(built_site):
     site, _ = built_site
     broken = []
     for page in sorted(site.rglob("*.html")):
-        for target in parse(page).targets:
+        for target, in_article in parse(page).targets:
             parts = urlsplit(target)
             if parts.scheme or parts.netloc or target.startswith(("mailto:", "data:")):
                 continue
@@ -241,6 +267,8 @@ def test_every_internal_link_and_anchor_resolves(built_site):
                 path = (page.parent / unquote(parts.path)).resolve()
             if path.is_dir():
                 path = path / "index.html"
+            if validated_by_mkdocs(site, page, in_article, path):
+                continue
             if not path.is_file():
                 broken.append(f"{page.relative_to(site)}: {target} (no such file)")
             elif path.suffix != ".html":
@@ -248,6 +276,67 @@ def test_every_internal_link_and_anchor_resolves(built_site):
             elif parts.fragment and unquote(parts.fragment) not in parse(path).ids:
                 broken.append(f"{page.relative_to(site)}: {target} (no such anchor)")
     assert not broken, "\n".join(broken)
+
+
+RAW_LINK = re.compile(r"<(?:a|img|link|script|iframe)\b[^>]*\b(?:href|src)\s*=", re.I)
+
+
+def raw_html_links(markdown):
+    """The HTML in `markdown` (not in its code) that links somewhere: MkDocs leaves it as is."""
+    tokens = fence_parser.parser().parse(markdown)
+    inline = [child for token in tokens for child in token.children or []]
+    return [
+        token.content.strip()
+        for token in tokens + inline
+        if token.type in ("html_block", "html_inline") and RAW_LINK.search(token.content)
+    ]
+
+
+def test_no_page_writes_a_link_in_raw_html():
+    """MkDocs validates the links written in Markdown only; a raw HTML link to a page would go
+    unchecked (test_links_mkdocs_does_not_validate_resolve leaves the pages' links to MkDocs)."""
+    raw = {
+        str(path.relative_to(ROOT)): links
+        for path in sorted((ROOT / "docs").rglob("*.md"))
+        if (links := raw_html_links(path.read_text(encoding="utf-8")))
+    }
+    assert not raw, f"write these links in Markdown, so that MkDocs checks them: {raw}"
+
+
+def test_a_raw_html_link_is_found_and_code_is_not():
+    found = raw_html_links('Text <a href="../gone/">x</a>\n\n<img src="x.png">\n\n`<a href="y">`\n')
+    assert sorted(found) == ['<a href="../gone/">', '<img src="x.png">']
+
+
+def site_validation():
+    """mkdocs.yml's `validation` block, as MkDocs reads it."""
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["validation"]
+
+
+LINKS = {
+    "a good link": ("[there](other.md#here)", None),
+    "an anchor missing on another page": ("[x](other.md#gone)", "does not contain an anchor"),
+    "an anchor missing on this page": ("[x](#gone)", "no such anchor on this page"),
+    "a page that does not exist": ("[x](gone.md)", "not found among documentation files"),
+    "a link MkDocs cannot resolve": ("[x](other/)", "unrecognized relative link"),
+}
+
+
+@pytest.mark.parametrize("link, complaint", LINKS.values(), ids=list(LINKS))
+def test_a_broken_markdown_link_fails_the_strict_build_at_its_source(tmp_path, link, complaint):
+    """With the site's `validation` block, `mkdocs build --strict` (and serve) names the page
+    and the link; the built-HTML check above is left the links MkDocs cannot see."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(f"# Home\n\n{link}\n")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\n## Here\n")
+    config = {"site_name": "Links", "nav": ["index.md", "other.md"]}
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config | {"validation": site_validation()}))
+    proc = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site", tmp_path / "cache", 60)
+    if complaint is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0, proc.stderr
+        assert complaint in proc.stderr and "Doc file 'index.md'" in proc.stderr, proc.stderr
 
 
 def test_no_traceback_anywhere_in_the_site(built_site):
