@@ -1,9 +1,9 @@
 """Figure views: the ring all_reduce as a step-through figure, DDP's measured overlap, and
 the kit every other figure is drawn with.
 
-    <!-- lab:ring:ring -->          every step of code/ring_allreduce.py's simulation, one panel
+    <!-- lab:ring:ring -->          every step of code/ddp/ring_allreduce.py's simulation, one panel
                                     per step, with Previous/Next (assets/javascripts/stepper.js)
-    <!-- lab:overlap:overlap -->    code/ddp_overlap.py's timeline: DDP against naive, as bars
+    <!-- lab:overlap:overlap -->    code/ddp/ddp_overlap.py's timeline: DDP against naive, as bars
     <!-- figure:NAME -->            a figure drawn from code alone, registered with @drawing
 
 All draw inline SVG at build time, from a lab's record or from code. Inline, not as <img>

@@ -17,7 +17,7 @@ import time
 
 from site_tests.conftest import ROOT, pace
 
-# argv: code/, OUT, then the lab's command. It adopts the lab's orphans as the labs do
+# argv: code/clusters/, OUT, then the lab's command. It adopts the lab's orphans as the labs do
 # (netns.adopt_orphans), writes the lab's pid to OUT.pid, then "name state" of each child
 # left when the lab exits to OUT.left; then ends and collects them (netns.collect_children)
 # and exits with the lab's status.
@@ -48,7 +48,7 @@ def run_adopting(argv, out, cwd, limit_s, while_running=lambda pid: None):
     files = {name: pathlib.Path(f"{out}.{name}") for name in ("out", "err", "pid", "left")}
     with open(files["out"], "w") as stdout, open(files["err"], "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-c", ADOPTER, str(ROOT / "code"), str(out), *argv],
+            [sys.executable, "-c", ADOPTER, str(ROOT / "code" / "clusters"), str(out), *argv],
             stdout=stdout,
             stderr=stderr,
             cwd=cwd,

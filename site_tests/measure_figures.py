@@ -96,7 +96,7 @@ def main():
         rows.append(
             (
                 "gloo lab, world size 2, 5 steps",
-                wall([PY, "code/26_ddp_gloo.py", "--world-size", "2", "--steps", "5"], repeat=5),
+                wall([PY, "code/ddp/gloo.py", "--world-size", "2", "--steps", "5"], repeat=5),
             )
         )
         start = time.perf_counter()

@@ -1436,7 +1436,7 @@ def lab_record(cache, name):
     return found[0]
 
 
-GLOO = "labs/26-ddp-gloo/"
+GLOO = "labs/ddp-gloo/"
 
 
 def test_gloo_lab_page_shows_its_output_and_folds_its_provenance(visit, site_build):
@@ -1460,11 +1460,11 @@ def test_gloo_lab_page_shows_its_output_and_folds_its_provenance(visit, site_bui
 def test_gloo_lab_page_shows_the_ddp_code_before_the_script(seen):
     page = seen(GLOO).page
     titles = page.locator("article .highlight > .filename").all_inner_texts()
-    ddp_first = next(i for i, title in enumerate(titles) if "ddp_lab.py:" in title)
-    script = next(i for i, title in enumerate(titles) if title.endswith("26_ddp_gloo.py"))
+    ddp_first = next(i for i, title in enumerate(titles) if "ddp_common.py:" in title)
+    script = next(i for i, title in enumerate(titles) if title.endswith("gloo.py"))
     assert ddp_first < script, titles
     # the script, with its argparse and forkserver, is folded
-    assert page.locator("details:has(.filename:text-is('code/26_ddp_gloo.py'))").count() == 1
+    assert page.locator("details:has(.filename:text-is('code/ddp/gloo.py'))").count() == 1
 
 
 # ---------------------------------------------------------------------------------------------

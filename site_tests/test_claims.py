@@ -124,7 +124,7 @@ def test_chapter_1_counts_the_lines_its_diff_adds():
     text = prose(page("01-first-job.md"))
     claims = re.findall(r"about (\w+) (?:extra |more |added )?lines", text)
     assert claims, "chapter 1 no longer says how many lines the DDP version adds"
-    diff = diffs.unified(ROOT, "code/train_single.py", "code/train_ddp.py").splitlines()
+    diff = diffs.unified(ROOT, "code/first_job/train_single.py", "code/first_job/train_ddp.py").splitlines()
     added = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
     for claim in claims:
         stated = number(claim)
@@ -346,7 +346,7 @@ def test_the_avg_section_warns_of_the_releases_where_reduce_scatter_sums():
     total, mean = float(sum(inputs)), sum(inputs) / len(inputs)
     assert "2.4.1" in avg and "2.8.0" in avg, "the releases where it sums are named"
     assert f"{total}" in avg and f"{mean}" in avg and "summed" in avg, avg
-    lab = (ROOT / "docs" / "labs" / "26-ddp-nccl.md").read_text(encoding="utf-8")
+    lab = (ROOT / "docs" / "labs" / "ddp-nccl.md").read_text(encoding="utf-8")
     (claim,) = [p for p in lab.split("\n\n") if "2.8 and newer" in p]
     assert "02-collectives.md#avg-on-gloo" in claim, claim
 
@@ -432,7 +432,7 @@ def test_the_gloo_lab_says_how_its_memcpy_counts_bytes(lab_record):
 def test_the_two_node_trap_says_what_gloos_dollar_suffix_is():
     """Gloo's Address::str() appends `$<n>`, the pair's sequence number, to the address it
     could not reach; torch prints gloo's words as they are, so the page says what it is."""
-    record = json.loads((ROOT / "docs" / "labs" / "recorded" / "26_two_nodes.json").read_text())
+    record = json.loads((ROOT / "docs" / "labs" / "recorded" / "two_nodes.json").read_text())
     trap = record["stdout"].split("== trap ==", 1)[1].split("\n== ", 1)[0]
     assert re.search(r"\]:\d+\$\d+", trap), "no `$n` any more: this check has nothing to say"
     page_text = (ROOT / "docs" / "labs" / "two-nodes.md").read_text(encoding="utf-8")

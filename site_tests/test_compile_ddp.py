@@ -1,4 +1,4 @@
-"""torch.compile with DDP (code/compile_ddp.py): what chapter 8 says about it, against its runs.
+"""torch.compile with DDP (code/past_ddp/compile_ddp.py): what chapter 8 says about it, against its runs.
 
 The graphs and the two orders are checked on a run of the lab's own (--skip-inductor: seconds),
 so that the release matrix checks them on every release; inductor's timing and the chapter are
@@ -18,7 +18,7 @@ import pytest
 
 from site_tests.conftest import ROOT, pace
 
-sys.path.insert(0, str(ROOT / "code"))
+sys.path.insert(0, str(ROOT / "code" / "past_ddp"))
 import compile_ddp  # noqa: E402
 
 WITH_DDP, OTHER_ORDER, NO_DDP = compile_ddp.ORDERS
@@ -29,7 +29,7 @@ def graphs_run(tmp_path_factory):
     """The lab without its inductor part, run here, on the torch under test."""
     out = tmp_path_factory.mktemp("compile") / "compile.json"
     proc = subprocess.run(
-        [sys.executable, "code/compile_ddp.py", "--skip-inductor", "--json", str(out)],
+        [sys.executable, "code/past_ddp/compile_ddp.py", "--skip-inductor", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""DDP's overlap timeline (code/ddp_overlap.py): a consistent measurement, drawn from its numbers.
+"""DDP's overlap timeline (code/ddp/ddp_overlap.py): a consistent measurement, drawn from its numbers.
 
 Reads the record that the real build's run left in its lab cache and the module page built from
 it. The timings themselves are the machine's business and are never asserted; what is asserted

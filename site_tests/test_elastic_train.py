@@ -1,10 +1,10 @@
-"""code/elastic_train.py's checkpoints, without the two-node lab around it (no root needed).
+"""code/clusters/elastic_train.py's checkpoints, without the two-node lab around it (no root needed).
 
 A save forces the file to disk before renaming it (and the folder after), and prunes all but
 the newest KEEP; a save cut short leaves the previous checkpoint the newest. The resume step
 travels from rank 0 as a tensor, never through a pickling object collective. A two-rank
 torchrun job resumed by a second start ends where one process training on the same global
-batches does, to rounding. Chapter 5's lab (code/resume_lab.py) kills a rank mid-run and
+batches does, to rounding. Chapter 5's lab (code/clusters/resume_lab.py) kills a rank mid-run and
 ends bit-identical; the same crash, run once per checkpoint field with that field left out
 of the save, ends elsewhere for every field but the CPU's disabled GradScaler: the teeth.
 """
@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from site_tests.conftest import ROOT, pace
 
-TRAINER = ROOT / "code" / "elastic_train.py"
+TRAINER = ROOT / "code" / "clusters" / "elastic_train.py"
 TIMEOUT_S = 90
 CPU = torch.device("cpu")
 FIELDS = ("step", "epoch", "sampler_epoch", "model", "optimizer", "scheduler", "scaler", "rng")

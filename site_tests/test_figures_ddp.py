@@ -1,8 +1,8 @@
 """The figures of chapters 2 to 4 (hooks/figures_ddp.py): drawn from what they claim to draw.
 
 No site is built and no rank is spawned: the collectives figure is drawn from a tour made from
-code/ring_allreduce.py's own expectation, the buckets figure from a small record shaped like
-code/ddp_overlap.py's, and the sampler's split is compared with torch's DistributedSampler.
+code/ddp/ring_allreduce.py's own expectation, the buckets figure from a small record shaped like
+code/ddp/ddp_overlap.py's, and the sampler's split is compared with torch's DistributedSampler.
 """
 
 import html
@@ -31,7 +31,7 @@ def figures():
 @pytest.fixture(scope="module")
 def ring():
     spec = importlib.util.spec_from_file_location(
-        "ring_for_figures", ROOT / "code" / "ring_allreduce.py"
+        "ring_for_figures", ROOT / "code" / "ddp" / "ring_allreduce.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -31,12 +31,12 @@ def context(run, record):
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    return context("two-nodes", "26_two_nodes.json")
+    return context("two-nodes", "two_nodes.json")
 
 
 @pytest.fixture(scope="module")
 def slurm():
-    return context("slurm", "27_slurm.json")
+    return context("slurm", "slurm.json")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import torch
 
 from site_tests.conftest import ROOT, labrunner, pace
 
-SINGLE, DDP_SCRIPT = ROOT / "code" / "train_single.py", ROOT / "code" / "train_ddp.py"
+SINGLE, DDP_SCRIPT = ROOT / "code" / "first_job" / "train_single.py", ROOT / "code" / "first_job" / "train_ddp.py"
 TIMEOUT_S = 55
 
 
@@ -197,7 +197,7 @@ def test_the_scripts_differ_only_where_the_chapter_says(tmp_path):
         import diffs
     finally:
         sys.path.remove(str(ROOT / "hooks"))
-    text = diffs.unified(ROOT, "code/train_single.py", "code/train_ddp.py")
+    text = diffs.unified(ROOT, "code/first_job/train_single.py", "code/first_job/train_ddp.py")
     added = [line[1:].strip() for line in text.splitlines() if line.startswith("+")]
     for change in (
         'dist.init_process_group("nccl", device_id=device)',
@@ -213,7 +213,7 @@ def test_the_scripts_differ_only_where_the_chapter_says(tmp_path):
         assert any(line.startswith(change) for line in added), f"no added {change!r}"
     assert not any(line.startswith("@@") for line in text.splitlines()), "one whole file"
     with pytest.raises(Exception, match="does not exist"):
-        diffs.unified(ROOT, "code/train_single.py", "code/no_such_script.py")
+        diffs.unified(ROOT, "code/first_job/train_single.py", "code/no_such_script.py")
 
 
 def test_the_build_runs_a_plain_script_as_a_reader_does(tmp_path, monkeypatch):

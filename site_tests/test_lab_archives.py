@@ -29,18 +29,18 @@ def run_alone(folder, *command):
 
 def test_the_gloo_lab_runs_from_its_download(built_site, tmp_path):
     folder = unpack(built_site, "gloo-lab", tmp_path)
-    done = run_alone(folder, "26_ddp_gloo.py", "--world-size", "2", "--steps", "1")
+    done = run_alone(folder, "ddp/gloo.py", "--world-size", "2", "--steps", "1")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout
 
 
 def test_the_nccl_lab_download_holds_what_it_imports(built_site, tmp_path):
     folder = unpack(built_site, "nccl-lab", tmp_path)
-    done = run_alone(folder, "26_ddp_nccl.py", "--help")
+    done = run_alone(folder, "ddp/nccl.py", "--help")
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("script", ["train_single.py", "train_ddp.py"])
+@pytest.mark.parametrize("script", ["first_job/train_single.py", "first_job/train_ddp.py"])
 def test_the_first_job_download_holds_both_scripts(built_site, tmp_path, script):
     folder = unpack(built_site, "first-job", tmp_path)
     done = run_alone(folder, script, "--help")
@@ -49,27 +49,28 @@ def test_the_first_job_download_holds_both_scripts(built_site, tmp_path, script)
 
 
 def test_the_two_node_lab_download_holds_what_it_imports_and_what_it_runs(built_site, tmp_path):
-    """26_two_nodes.py imports elastic_train.py and netns.py (its namespaces and teardown),
+    """two_nodes.py imports elastic_train.py and netns.py (its namespaces and teardown),
     and starts store_outsider.py in a namespace."""
     folder = unpack(built_site, "two-nodes-lab", tmp_path)
-    needed_files = ("26_two_nodes.py", "elastic_train.py", "store_outsider.py", "lab_cli.py")
-    for needed in (*needed_files, "netns.py"):
+    needed_files = ("clusters/two_nodes.py", "clusters/elastic_train.py", "lab_cli.py")
+    needed_files += ("clusters/store_outsider.py", "clusters/netns.py")
+    for needed in needed_files:
         assert (folder / needed).is_file(), f"two-nodes-lab.zip lacks {needed}"
-    done = run_alone(folder, "26_two_nodes.py", "--help")
+    done = run_alone(folder, "clusters/two_nodes.py", "--help")
     assert done.returncode == 0, done.stderr
 
 
 def test_the_slurm_lab_download_holds_what_it_imports_and_its_job_scripts(built_site, tmp_path):
-    """27_slurm.py imports netns.py, pace.py, lab_cli.py and provenance.py, and copies
-    elastic_train.py, slurm/*.sbatch and slurm/node-env.sh to the cluster's shared folder:
+    """slurm.py imports netns.py, pace.py, lab_cli.py and provenance.py, and copies
+    elastic_train.py, jobs/*.sbatch and jobs/node-env.sh to the cluster's shared folder:
     they travel with it, at the paths it reads them from."""
     folder = unpack(built_site, "slurm-lab", tmp_path)
-    needed_files = ("27_slurm.py", "netns.py", "pace.py", "lab_cli.py", "provenance.py")
-    needed_files += ("elastic_train.py", "slurm/node-env.sh")
-    needed_files += ("slurm/train-torchrun-gpu.sbatch", "slurm/train-srun-gpu.sbatch")
+    needed_files = ("clusters/slurm.py", "clusters/netns.py", "pace.py", "lab_cli.py")
+    needed_files += ("provenance.py", "clusters/elastic_train.py", "clusters/jobs/node-env.sh")
+    needed_files += ("clusters/jobs/train-torchrun-gpu.sbatch", "clusters/jobs/train-srun-gpu.sbatch")
     for needed in needed_files:
         assert (folder / needed).is_file(), f"slurm-lab.zip lacks {needed}"
-    done = run_alone(folder, "27_slurm.py", "--help")
+    done = run_alone(folder, "clusters/slurm.py", "--help")
     assert done.returncode == 0, done.stderr
 
 
@@ -90,5 +91,5 @@ def test_the_error_index_reproduces_an_error_from_its_download(built_site, tmp_p
 def test_every_file_a_lab_runs_is_published_beside_its_script(built_site):
     """The lab pages link to site/code/...: a file a lab starts (not imports) is there too."""
     site, _ = built_site
-    for name in ("26_two_nodes.py", "elastic_train.py", "store_outsider.py"):
-        assert (site / "code" / name).is_file(), f"site/code/{name} is missing"
+    for name in ("two_nodes.py", "elastic_train.py", "store_outsider.py"):
+        assert (site / "code" / "clusters" / name).is_file(), f"site/code/clusters/{name} is missing"

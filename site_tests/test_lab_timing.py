@@ -1,4 +1,4 @@
-"""The labs' timing helpers (code/ddp_lab.py), checked on CPU: the NCCL lab's sweep uses them.
+"""The labs' timing helpers (code/ddp/ddp_common.py), checked on CPU: the NCCL lab's sweep uses them.
 
 The sweep all-reduces one buffer in place, call after call; its values must not grow. Its
 ceiling, a memory copy, must count bytes the way busbw does, or the two are not comparable.
@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 from site_tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "code"))
-import ddp_lab as lab  # noqa: E402
+sys.path[:0] = [str(ROOT / "code" / "ddp"), str(ROOT / "code")]  # as the lab scripts do
+import ddp_common as lab  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -78,7 +78,7 @@ def test_a_failure_scripts_default_deadline_follows_the_pace():
 def test_the_two_node_labs_default_deadlines_follow_the_pace():
     code = (
         "import runpy\n"
-        "lab = runpy.run_path('code/26_two_nodes.py')\n"
+        "lab = runpy.run_path('code/clusters/two_nodes.py')\n"
         "args = lab['parse_args']([])\n"
         "print(args.deadline, args.join_timeout)"
     )

@@ -1,4 +1,4 @@
-"""The ring all_reduce of code/ring_allreduce.py: exact bytes, a real all_reduce, its figure.
+"""The ring all_reduce of code/ddp/ring_allreduce.py: exact bytes, a real all_reduce, its figure.
 
 The simulation is pure Python, so most tests import it and run it here for many ring sizes.
 One run of the script as a reader starts it (three ranks, not the build's four) spawns real gloo
@@ -19,7 +19,7 @@ import pytest
 
 from site_tests.conftest import ROOT, pace
 
-SCRIPT = ROOT / "code" / "ring_allreduce.py"
+SCRIPT = ROOT / "code" / "ddp" / "ring_allreduce.py"
 
 
 @pytest.fixture(scope="module")

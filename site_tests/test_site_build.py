@@ -45,7 +45,7 @@ def visible_text(markup):
 def test_lab_page_shows_this_builds_run(built_site):
     site, cache = built_site
     gloo = record(cache, "gloo")
-    text = visible_text(page_text(site, "labs/26-ddp-gloo"))
+    text = visible_text(page_text(site, "labs/ddp-gloo"))
     env = gloo["result"]["env"]
     for fact in (
         gloo["started_utc"],
@@ -176,7 +176,7 @@ def times_ten(text):
 def test_a_table_edited_to_ten_times_a_value_fails(built_site, prefix):
     site, cache = built_site
     result = record(cache, "gloo")["result"]
-    rows = result_rows(page_text(site, "labs/26-ddp-gloo"))
+    rows = result_rows(page_text(site, "labs/ddp-gloo"))
     ((label, value),) = [(k, v) for k, v in rows.items() if k.startswith(prefix)]
     edited = dict(rows, **{label: times_ten(value)})
     assert table_mismatches(edited, result) != [], (label, value, edited[label])
@@ -185,7 +185,7 @@ def test_a_table_edited_to_ten_times_a_value_fails(built_site, prefix):
 def test_sweep_figure_is_built_and_described(built_site):
     site, cache = built_site
     result = record(cache, "gloo")["result"]
-    markup = page_text(site, "labs/26-ddp-gloo")
+    markup = page_text(site, "labs/ddp-gloo")
     # One rendering per palette; Material shows the one whose suffix matches the palette.
     tags = [dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<img [^>]+>", markup)]
     images = {
@@ -196,7 +196,7 @@ def test_sweep_figure_is_built_and_described(built_site):
     assert sorted(images) == ["dark", "light"], images
     for alt, src in images.values():
         assert len(alt) > 40, "the figure needs alt text that describes it"
-        figure = (site / "labs/26-ddp-gloo" / src).resolve()
+        figure = (site / "labs/ddp-gloo" / src).resolve()
         assert figure.is_file() and b"<svg" in figure.read_bytes()[:1000]
     assert images["light"][1] != images["dark"][1]
     table = markup[markup.index("The measured points") :]
@@ -412,7 +412,7 @@ def test_an_unknown_marker_fails_the_build(demo_site):
 def test_nccl_views_render_a_gpu_record(built_site):
     """No GPU record is committed yet; render the NCCL page's views from one shaped like it.
 
-    The shape is the gloo run's record plus the GPU-only keys that code/26_ddp_nccl.py writes
+    The shape is the gloo run's record plus the GPU-only keys that code/ddp/nccl.py writes
     (its docstring lists them); the numbers are made up and only their placement is checked.
     """
     sys.path.insert(0, str(ROOT / "hooks"))
@@ -424,7 +424,7 @@ def test_nccl_views_render_a_gpu_record(built_site):
     point = {"bytes": 4096, "seconds": 1.25e-5, "algbw_GBps": 0.33, "busbw_GBps": 0.5}
     result = dict(
         gloo["result"],
-        lab="26_ddp_nccl",
+        lab="ddp_nccl",
         collectives=dict(gloo["result"]["collectives"], send_recv_ring=None),
         sweep=[point],
         sweep_bf16=[dict(point, seconds=1.5e-5, busbw_GBps=0.25)],
@@ -452,11 +452,11 @@ def test_nccl_views_render_a_gpu_record(built_site):
     )
     run = labrunner.LabRun(
         "nccl",
-        {"script": "code/26_ddp_nccl.py", "recorded": "docs/labs/recorded/x.json"},
+        {"script": "code/ddp/nccl.py", "recorded": "docs/labs/recorded/x.json"},
         ROOT,
     )
     context = lab_views.Context(
-        run=run, record=dict(gloo, result=result), page_uri="labs/26-ddp-nccl.md"
+        run=run, record=dict(gloo, result=result), page_uri="labs/ddp-nccl.md"
     )
     results = lab_views.render("nccl-results", context)
     assert "0.013 ms, 0.5 GB/s | 0.015 ms, 0.2 GB/s" in results
@@ -550,8 +550,8 @@ def test_chapter_shows_the_dump(built_site):
     assert "py-spy dump --pid" in text
     assert 'href="../../failures/#1-a-collective-inside-if-rank-0"' in page
     # the file those line numbers are in is the one the page offers for download
-    assert 'href="../../code/where_stuck.py"' in page
-    for name in (STUCK_SCRIPT.name, "pace.py", "provenance.py"):
+    assert 'href="../../code/debugging/where_stuck.py"' in page
+    for name in (f"debugging/{STUCK_SCRIPT.name}", "pace.py", "provenance.py"):
         assert (site / "code" / name).read_bytes() == (ROOT / "code" / name).read_bytes()
 
 
@@ -576,8 +576,8 @@ def test_the_home_page_links_every_lab():
 
 
 def test_a_lab_missing_from_the_home_page_is_reported():
-    home = "Labs: [gloo](labs/26-ddp-gloo.md) and [two nodes](labs/two-nodes.md#top)."
-    labs = ["labs/26-ddp-gloo.md", "labs/two-nodes.md", "labs/slurm.md"]
+    home = "Labs: [gloo](labs/ddp-gloo.md) and [two nodes](labs/two-nodes.md#top)."
+    labs = ["labs/ddp-gloo.md", "labs/two-nodes.md", "labs/slurm.md"]
     assert labs_missing_from(home, labs) == ["labs/slurm.md"]
 
 

@@ -1,4 +1,4 @@
-"""The Slurm lab, code/27_slurm.py: a real Slurm cluster in network namespaces.
+"""The Slurm lab, code/clusters/slurm.py: a real Slurm cluster in network namespaces.
 
 As root with Slurm and munge installed, the lab runs once for the module and the page's
 claims are checked on that run: the torchrun job and the srun job both train four ranks on
@@ -28,7 +28,7 @@ import pytest
 from site_tests.adopter import run_adopting
 from site_tests.conftest import ROOT, pace
 
-LAB = ROOT / "code" / "27_slurm.py"
+LAB = ROOT / "code" / "clusters" / "slurm.py"
 RUN_TIMEOUT = 300  # seconds, at pace's reference: the lab stops itself at its 150 s deadline
 IS_ROOT = os.geteuid() == 0
 HAS_SLURM = all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "sbatch"))

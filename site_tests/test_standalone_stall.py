@@ -1,4 +1,4 @@
-"""code/standalone_stall.py: torchrun on a host whose own name does not resolve.
+"""code/debugging/standalone_stall.py: torchrun on a host whose own name does not resolve.
 
 The lab's record (the build's, shared with this session) must show the stall the course warns
 of and both fixes it recommends working: `--standalone` and c10d at a 127.0.0.1 endpoint stall
@@ -118,15 +118,16 @@ def agents(marker):
 
 @pytest.mark.skipif(not IS_ROOT, reason="the lab needs root for its namespaces")
 def test_sigkill_mid_launch_leaves_no_process(tmp_path):
-    for name in ("standalone_stall.py", "train_ddp.py", "pace.py"):
+    for name in ("debugging/standalone_stall.py", "first_job/train_ddp.py", "pace.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / "code" / name, tmp_path / name)
     lab = subprocess.Popen(
-        [sys.executable, str(tmp_path / "standalone_stall.py")],
+        [sys.executable, str(tmp_path / "debugging" / "standalone_stall.py")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    marker = str(tmp_path / "train_ddp.py")
+    marker = str(tmp_path / "first_job" / "train_ddp.py")
     deadline = time.monotonic() + pace.limit(30)
     while not agents(marker) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,4 +1,4 @@
-"""The two-node lab, code/26_two_nodes.py: torchrun across network namespaces, for real.
+"""The two-node lab, code/clusters/two_nodes.py: torchrun across network namespaces, for real.
 
 As root (the build machines and CI), the lab runs once for the module and every claim its page
 makes is checked on that run: four ranks on two nodes match the one-process reference; the
@@ -26,8 +26,8 @@ import pytest
 from site_tests.adopter import run_adopting
 from site_tests.conftest import ROOT, pace
 
-LAB = ROOT / "code" / "26_two_nodes.py"
-TRAINER = ROOT / "code" / "elastic_train.py"
+LAB = ROOT / "code" / "clusters" / "two_nodes.py"
+TRAINER = ROOT / "code" / "clusters" / "elastic_train.py"
 RUN_TIMEOUT = 300  # seconds, at pace's reference: the lab stops itself at its 150 s deadline
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")

@@ -1,4 +1,4 @@
-"""code/where_stuck.py: `py-spy dump` on every rank of a live hang, as chapter 6 shows it.
+"""code/debugging/where_stuck.py: `py-spy dump` on every rank of a live hang, as chapter 6 shows it.
 
 The script runs once per mode for the whole module. Hung, rank 0 must be found in all_reduce
 and rank 1 in barrier, at line numbers whose text in the script is those two calls; the dumps
@@ -23,7 +23,7 @@ import pytest
 
 from site_tests.conftest import ROOT, pace
 
-SCRIPT = ROOT / "code" / "where_stuck.py"
+SCRIPT = ROOT / "code" / "debugging" / "where_stuck.py"
 RECORDED = ROOT / "docs" / "labs" / "recorded" / "where_stuck.json"
 RUN_TIMEOUT = 60  # seconds at pace's reference: the script's own deadline is 30
 IS_ROOT = os.geteuid() == 0
@@ -165,8 +165,9 @@ def copy_with(tmp, old, new):
         shutil.copy(ROOT / "code" / name, tmp / name)
     source = SCRIPT.read_text()
     assert old in source
-    (tmp / SCRIPT.name).write_text(source.replace(old, new, 1))
-    return tmp / SCRIPT.name
+    (tmp / "debugging").mkdir()  # the layout of code/: the script finds pace one folder up
+    (tmp / "debugging" / SCRIPT.name).write_text(source.replace(old, new, 1))
+    return tmp / "debugging" / SCRIPT.name
 
 
 def test_a_copy_without_the_bug_is_not_reported_stuck(tmp_path):
@@ -215,7 +216,7 @@ def script_frames(stdout):
 def test_recorded_run_matches_the_script(hung):
     """Where the build is not root the chapter shows this record: its lines must be today's."""
     record = json.loads(RECORDED.read_text())
-    assert record["command"] == ["python", "code/where_stuck.py"]
+    assert record["command"] == ["python", "code/debugging/where_stuck.py"]
     assert record["result"]["state"] == "stuck"
     assert_points_at_the_calls(record["result"]["ranks"])
     for rank in record["result"]["ranks"]:

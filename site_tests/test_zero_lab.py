@@ -1,4 +1,4 @@
-"""ZeRO-1 beside DDP, and one FSDP2 step (code/zero_lab.py): the claims its report makes.
+"""ZeRO-1 beside DDP, and one FSDP2 step (code/past_ddp/zero_lab.py): the claims its report makes.
 
 The script runs once, as the build runs it for chapter 8 (2 and 4 gloo ranks; conftest.py's
 lab_record, so that under `nox -s tests` the page and the tests share it), and the tests read
@@ -19,12 +19,13 @@ import pytest
 
 from site_tests.conftest import ROOT, pace
 
-SCRIPT = ROOT / "code" / "zero_lab.py"
+SCRIPT = ROOT / "code" / "past_ddp" / "zero_lab.py"
 
 
 @pytest.fixture(scope="module")
 def lab():
-    return importlib.import_module("zero_lab")  # code/ is on sys.path (conftest)
+    sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module("zero_lab")
 
 
 @pytest.fixture(scope="module")

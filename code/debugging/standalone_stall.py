@@ -34,9 +34,13 @@ import sys
 import threading
 import time
 
-import pace
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import pace  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
+FIRST_JOB = HERE.parent / "first_job" / "train_ddp.py"  # chapter 1's script, launched as it is
 HOST = "trainer.invalid"  # .invalid is reserved (RFC 2606): no resolver ever answers for it
 WORKERS = 2
 STORE_PORT = 29400  # any port: each launch has a network of its own
@@ -76,7 +80,7 @@ def die_with_parent():
 def start(flags):
     """torchrun with `flags`, in fresh namespaces where this host's name cannot resolve."""
     torchrun = pathlib.Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), *flags, f"--nproc_per_node={WORKERS}", str(HERE / "train_ddp.py")]
+    command = [str(torchrun), *flags, f"--nproc_per_node={WORKERS}", str(FIRST_JOB)]
     inside = (
         f"ip link set lo up && hostname {HOST} && mount -t tmpfs lab-scratch /dev/shm && "
         f"cd /dev/shm && TMPDIR=/dev/shm CHECKPOINT=first_job.pt "

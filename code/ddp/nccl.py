@@ -2,20 +2,20 @@
 
 Run it with one process per GPU; torchrun is the usual launcher:
 
-    torchrun --standalone --nproc_per_node=gpu code/26_ddp_nccl.py --torchrun --json out.json
+    torchrun --standalone --nproc_per_node=gpu code/ddp/nccl.py --torchrun --json out.json
     # if --standalone stalls in rendezvous, give the loopback address and a free port:
     PORT=$(python -c "import socket; s=socket.socket(); s.bind(('',0)); print(s.getsockname()[1])")
     torchrun --nnodes=1 --nproc_per_node=gpu --master_addr=127.0.0.1 --master_port=$PORT \
-        code/26_ddp_nccl.py --torchrun
+        code/ddp/nccl.py --torchrun
 
 or let the script start one rank per visible GPU itself (torch.multiprocessing.spawn, file://):
 
-    python code/26_ddp_nccl.py                    # every visible GPU
-    python code/26_ddp_nccl.py --world-size 2     # the first two
+    python code/ddp/nccl.py                    # every visible GPU
+    python code/ddp/nccl.py --world-size 2     # the first two
 
 Each rank binds GPU LOCAL_RANK, starts the default "nccl" backend with device_id (the
 communicator is built at once, not at the first collective), and then, with the helpers the
-gloo lab uses (ddp_lab.py):
+gloo lab uses (ddp_common.py):
 
 1. checks the eight collectives against closed forms, on CUDA tensors;
 2. trains the same float64 model three ways (naive, DDP(model, device_ids=[local_rank]), DDP
@@ -33,9 +33,9 @@ Which implementation "nccl" builds depends on the release: in 2.15 the in-tree n
 (in 2.14, TORCH_DIST_USE_NCCL2=1 opts in to nccl2). The lab asks for plain "nccl", so it runs
 on the default, and records which class it got:
 
-    TORCH_DIST_USE_NCCL2=0 python code/26_ddp_nccl.py   # the legacy backend on 2.15, to compare
+    TORCH_DIST_USE_NCCL2=0 python code/ddp/nccl.py   # the legacy backend on 2.15, to compare
 
-The --json file holds every key of the gloo lab's (see 26_ddp_gloo.py; the sweep rows are
+The --json file holds every key of the gloo lab's (see gloo.py; the sweep rows are
 float32) and also:
   gpu          {model, count, capability, memory_GiB, driver, cuda, nccl}
   nccl_backend the class behind "nccl" on this run: ProcessGroupNCCL2 or ProcessGroupNCCL
@@ -47,11 +47,15 @@ float32) and also:
 
 import contextlib
 import os
+import pathlib
 import sys
 import tempfile
 import time
 
-import lab_cli  # a sibling in code/, as is ddp_lab
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import lab_cli  # noqa: E402  (code/; ddp_common is a sibling here)
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -78,7 +82,7 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------------------------
 # The heavy imports, once the arguments are known to be good (spawned ranks start here too)
 # ---------------------------------------------------------------------------------------------
-import ddp_lab as lab  # noqa: E402
+import ddp_common as lab  # noqa: E402
 import provenance  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -235,7 +239,7 @@ def time_ddp_step(device, sync):
 # ---------------------------------------------------------------------------------------------
 def summarise(m, reference, control, passed, args):
     """Everything measured, with the gloo lab's keys first, then the GPU-only ones."""
-    r = lab.summary("26_ddp_nccl", "nccl", "spawn", m, reference, control, args)
+    r = lab.summary("ddp_nccl", "nccl", "spawn", m, reference, control, args)
     r |= {
         "sweep": m["sweep"],
         "sweep_bf16": m["sweep_bf16"],

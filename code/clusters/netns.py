@@ -1,6 +1,6 @@
 """Hosts on one Linux machine: network namespaces on a private link, and one teardown.
 
-The two-node lab (26_two_nodes.py) and the Slurm lab (27_slurm.py) build their "nodes"
+The two-node lab (two_nodes.py) and the Slurm lab (slurm.py) build their "nodes"
 here. Each host is a network namespace with one interface, eth0, plugged into a bridge
 that lives in a namespace of its own (the switch). Addresses come from 198.18.0.0/15, a
 range reserved for network tests, and exist only inside the namespaces: both ends of

@@ -1,7 +1,7 @@
 """A Slurm cluster for real: DDP jobs submitted with sbatch, a failure and a requeue.
 Needs root (network namespaces), iproute2, munge and Slurm (Debian: slurm-wlm).
 
-    sudo python code/27_slurm.py
+    sudo python code/clusters/slurm.py
 
 The cluster is three network namespaces on one machine, with the two-node lab's
 addressing (netns.py): `ctl` runs slurmctld and munged and is where we type commands
@@ -15,9 +15,9 @@ trainer runs on the CPU.
 
 Three jobs, each submitted with sbatch and run by Slurm:
 
-  torchrun  code/slurm/train-torchrun-gpu.sbatch: srun starts one torchrun per node,
+  torchrun  code/clusters/jobs/train-torchrun-gpu.sbatch: srun starts one torchrun per node,
             and each starts a rank per GPU of its node (two).
-  srun      code/slurm/train-srun-gpu.sbatch: srun starts the four ranks itself, one
+  srun      code/clusters/jobs/train-srun-gpu.sbatch: srun starts the four ranks itself, one
             GPU each.
   requeue   the torchrun script again; rank 3 crashes at a step, srun fails and the job
             ends FAILED; `scontrol requeue` puts it back in the queue, and it runs
@@ -55,16 +55,18 @@ import textwrap
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
+# Its siblings here, and code/ one folder up, which holds what every family of labs shares
+# (pace, provenance, lab_cli, the launcher): on the path, so that it runs from any folder.
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
 from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
-SCRIPTS = {"torchrun": HERE / "slurm" / "train-torchrun-gpu.sbatch"}
-SCRIPTS["srun"] = HERE / "slurm" / "train-srun-gpu.sbatch"
-NODE_ENV = HERE / "slurm" / "node-env.sh"  # the job scripts' tasks source it
+SCRIPTS = {"torchrun": HERE / "jobs" / "train-torchrun-gpu.sbatch"}
+SCRIPTS["srun"] = HERE / "jobs" / "train-srun-gpu.sbatch"
+NODE_ENV = HERE / "jobs" / "node-env.sh"  # the job scripts' tasks source it
 GPUS_PER_NODE = 4  # placeholders: what Slurm hands out, not what CUDA finds
 PREFIX = "ddpslurm"  # every namespace and temp dir of a run is named ddpslurm-PID-...
 SUBNET = "198.18.4"
@@ -104,7 +106,7 @@ def parse_args(argv=None):
     if args.json and not os.path.isdir(folder):
         parser.error(f"--json {args.json}: directory {folder!r} does not exist")
     if os.geteuid() != 0:
-        print("27_slurm.py: needs root (network namespaces, Slurm's daemons)", file=sys.stderr)
+        print("slurm.py: needs root (network namespaces, Slurm's daemons)", file=sys.stderr)
         sys.exit(2)  # as for bad input: this machine cannot run it as asked
     tools = ("ip", "unshare", "hostname", *DAEMONS, *CLIENTS)
     missing = ", ".join(tool for tool in tools if not shutil.which(tool))
@@ -380,7 +382,7 @@ def final_params(evs, name):
     """The parameters every rank ended with, as float.hex() strings (all must agree)."""
     finals = {tuple(e["params"]) for e in evs if e["event"] == "done"}
     if len(finals) != 1:
-        sys.exit(f"27_slurm.py: the {name} job: {len(finals)} different final parameter sets")
+        sys.exit(f"slurm.py: the {name} job: {len(finals)} different final parameter sets")
     return list(finals.pop())
 
 
@@ -484,7 +486,7 @@ def requeue_failed(slurm, watcher, job_id):
     wait_for(lambda: watcher.state(job_id) in ENDED, "the crashing job to end", 120)
     failed = watcher.state(job_id)
     if failed != "FAILED":
-        sys.exit(f"27_slurm.py: the job that should crash ended {failed}")
+        sys.exit(f"slurm.py: the job that should crash ended {failed}")
     slurm.run("scontrol", "requeue", job_id)
     watcher.note(job_id, f"scontrol requeue {job_id}")
     wait_for(
@@ -670,7 +672,7 @@ def run(args, tmp, run_prefix):
             print(job["log"][-3000:], file=sys.stderr)
             for _, line in controller_lines(slurm.log("slurmctld.log"), job["id"]):
                 print(f"slurmctld: {line}", file=sys.stderr)
-            sys.exit(f"27_slurm.py: the {name} job ended {job['state']}")
+            sys.exit(f"slurm.py: the {name} job ended {job['state']}")
     side.join()
     log = slurm.log("slurmctld.log")
     requeue = {**requeue_figures(jobs["requeue"], watcher.changes, log), "hold": hold}
@@ -681,7 +683,7 @@ def run(args, tmp, run_prefix):
 
     diffs = [max_abs_diff(jobs[n]["params"], reference["params"]) for n in ("torchrun", "srun")]
     return {
-        "lab": "27_slurm",
+        "lab": "slurm",
         "cluster": {"hosts": cluster.hosts, "namespaces": list(cluster.ns.values())},
         "slurm_conf": slurm.conf.read_text().replace(str(tmp), "$TMP"),
         "sinfo": sinfo,
@@ -805,7 +807,7 @@ def main():
     try:
         result = run_guarded(PREFIX, args.deadline, lambda tmp, rp: run(args, tmp, rp))
     except Stopped as why:
-        sys.exit(f"27_slurm.py: {why}; tore down the cluster, its daemons and jobs")
+        sys.exit(f"slurm.py: {why}; tore down the cluster, its daemons and jobs")
     report(result)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))

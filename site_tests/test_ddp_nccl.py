@@ -1,10 +1,10 @@
-"""The NCCL DDP lab, code/26_ddp_nccl.py: what can be tested anywhere, and what needs GPUs.
+"""The NCCL DDP lab, code/ddp/nccl.py: what can be tested anywhere, and what needs GPUs.
 
 Anywhere: bad arguments fail in one line with status 2 before torch is imported; a machine
 without CUDA gets one line and status 2 (CUDA_VISIBLE_DEVICES="" makes any machine one); the
 backend that plain "nccl" registers is the one the page names for the release (no GPU needed:
 registering a backend builds no communicator); and the committed record of a GPU run,
-docs/labs/recorded/26_ddp_nccl.json, if there is one, has the schema and provenance the lab
+docs/labs/recorded/ddp_nccl.json, if there is one, has the schema and provenance the lab
 page relies on.
 
 With CUDA: the lab runs on every visible GPU through mp.spawn, and on up to two through
@@ -21,7 +21,7 @@ import time
 import pytest
 
 from site_tests.conftest import ROOT, pace
-from site_tests.test_26_ddp_gloo import (
+from site_tests.test_ddp_gloo import (
     RUN_TIMEOUT,
     Run,
     check_buckets,
@@ -30,8 +30,8 @@ from site_tests.test_26_ddp_gloo import (
     check_variants,
 )
 
-LAB = ROOT / "code" / "26_ddp_nccl.py"
-RECORD = ROOT / "docs" / "labs" / "recorded" / "26_ddp_nccl.json"
+LAB = ROOT / "code" / "ddp" / "nccl.py"
+RECORD = ROOT / "docs" / "labs" / "recorded" / "ddp_nccl.json"
 SWEEP_BYTES = [4096 * 4**k for k in range(10)]  # 4 KiB to 1 GiB in powers of 4
 
 pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
 
 def assert_lab_passed(r):
     """The gloo lab's checks, with the two that need a second rank kept for world size > 1."""
-    assert r["lab"] == "26_ddp_nccl" and r["backend"] == "nccl", r["lab"]
+    assert r["lab"] == "ddp_nccl" and r["backend"] == "nccl", r["lab"]
     assert r["collectives_ok"], r["collectives"]
     not_run = {name for name, ok in r["collectives"].items() if ok is None}
     assert not_run == ({"send_recv_ring"} if r["world_size"] == 1 else set()), r["collectives"]
@@ -168,7 +168,7 @@ def test_recorded_gpu_run_has_schema_and_provenance():
     assert {"name", "command", "started_utc", "wall_s", "git_commit", "stdout", "result"} <= set(
         record
     )
-    assert record["name"] == "nccl" and "26_ddp_nccl.py" in " ".join(record["command"])
+    assert record["name"] == "nccl" and "nccl.py" in " ".join(record["command"])
     r = record["result"]
     assert_lab_passed(r)
     assert_gpu_schema(r)

@@ -3,8 +3,8 @@
 Run it (gloo on CPU; each world size is one spawn of that many ranks, which meet through a
 file:// store in a fresh temp directory):
 
-    python code/zero_lab.py
-    python code/zero_lab.py --world-sizes 2 --steps 3 --json zero.json
+    python code/past_ddp/zero_lab.py
+    python code/past_ddp/zero_lab.py --world-sizes 2 --steps 3 --json zero.json
 
 For each world size p, every rank builds the same small model (four Linear layers of unequal
 sizes, so its eight parameter tensors differ in length) and trains two copies of it on its own
@@ -54,7 +54,10 @@ import os
 import pathlib
 import sys
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from spawning import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
 
 LAYERS = [(64, 256), (256, 128), (128, 32), (32, 10)]  # (in, out): tensors of unequal sizes
 

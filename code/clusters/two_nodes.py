@@ -1,8 +1,8 @@
 """Two nodes for real: torchrun across two network namespaces, an elastic restart, the
 interface trap and an open store. Needs root (CAP_NET_ADMIN), iproute2 and nft.
 
-    sudo python code/26_two_nodes.py                  # all four parts
-    sudo python code/26_two_nodes.py --nodes-up 1 --join-timeout 5  # node 1 never comes
+    sudo python code/clusters/two_nodes.py                  # all four parts
+    sudo python code/clusters/two_nodes.py --nodes-up 1 --join-timeout 5  # node 1 never comes
 
 Each "node" is a Linux network namespace with one interface, eth0, on a private link.
 Its address comes from 198.18.0.0/15, a range reserved for tests, and exists only inside
@@ -11,7 +11,7 @@ Every node runs what a real cluster node runs, one torchrun agent:
 
     GLOO_SOCKET_IFNAME=eth0 torchrun --nnodes=2 --nproc_per_node=2 \
         --rdzv_backend=c10d --rdzv_endpoint=node0:29400 --rdzv_id=JOB \
-        code/elastic_train.py --ckpt-dir=$SHARED/ckpt
+        code/clusters/elastic_train.py --ckpt-dir=$SHARED/ckpt
 
 Three small clusters run side by side, one job each ($SHARED, a temporary directory,
 plays the shared file system):
@@ -50,12 +50,14 @@ import threading
 import time
 import uuid
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
+# Its siblings here, and code/ one folder up, which holds what every family of labs shares
+# (pace, provenance, lab_cli, the launcher): on the path, so that it runs from any folder.
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 import pace  # noqa: E402
 from lab_cli import OneLineParser  # noqa: E402
 from netns import DEBIAN_OWN_ADDR, Cluster, Stopped, progress, run_guarded  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "elastic_train.py"
 OUTSIDER = HERE / "store_outsider.py"
 PREFIX = "ddp2n"  # every namespace and temp dir of a run is named ddp2n-PID-...
@@ -111,7 +113,7 @@ def parse_args(argv=None):
     if args.json and not os.path.isdir(folder):
         parser.error(f"--json {args.json}: directory {folder!r} does not exist")
     if os.geteuid() != 0:
-        message = "26_two_nodes.py: needs root (CAP_NET_ADMIN) for network namespaces"
+        message = "two_nodes.py: needs root (CAP_NET_ADMIN) for network namespaces"
         print(message, file=sys.stderr)
         sys.exit(2)  # as for bad input: this machine cannot run it as asked
     tools = ("ip", "nft", "unshare", "hostname")
@@ -278,7 +280,7 @@ def require_success(job, codes):
             print(job.output(host)[-3000:], file=sys.stderr)
             error = first_error(job.output(host))
             name = job.cluster.name
-            sys.exit(f"26_two_nodes.py: the {name} job failed on {host}: {error}")
+            sys.exit(f"two_nodes.py: the {name} job failed on {host}: {error}")
 
 
 def next_report(proc):
@@ -295,7 +297,7 @@ def final_params(events):
     """The parameters every rank ended with, as float.hex() strings (all must agree)."""
     finals = {tuple(e["params"]) for e in events if e["event"] == "done"}
     if len(finals) != 1:
-        sys.exit(f"26_two_nodes.py: {len(finals)} different final parameter sets")
+        sys.exit(f"two_nodes.py: {len(finals)} different final parameter sets")
     return list(finals.pop())
 
 
@@ -469,7 +471,7 @@ def run(args, tmp, run_prefix):
     if args.nodes_up == 1:
         open_store_then_train(train, args)
         error = first_error(train.output("node0"))
-        sys.exit(f"26_two_nodes.py: node 1 never joined; rendezvous gave up: {error}")
+        sys.exit(f"two_nodes.py: node 1 never joined; rendezvous gave up: {error}")
     # The restarted workers must not share the first round's store: its keys would hand
     # them the dead workers' addresses (pytorch/pytorch#135712).
     restart = Job(
@@ -505,7 +507,7 @@ def run(args, tmp, run_prefix):
     }
     reference_diff = max_abs_diff(parts["train"]["params"], reference["params"])
     return {
-        "lab": "26_two_nodes",
+        "lab": "two_nodes",
         "clusters": {
             name: {"hosts": c.hosts, "namespaces": list(c.ns.values())}
             for name, c in clusters.items()
@@ -589,7 +591,7 @@ def main():
     try:
         result = run_guarded(PREFIX, args.deadline, lambda tmp, rp: run(args, tmp, rp))
     except Stopped as why:
-        sys.exit(f"26_two_nodes.py: {why}; tore down every namespace and process")
+        sys.exit(f"two_nodes.py: {why}; tore down every namespace and process")
     report(result)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))

@@ -1,4 +1,4 @@
-"""The gloo DDP lab, code/26_ddp_gloo.py, run as real processes and judged by its JSON.
+"""The gloo DDP lab, code/ddp/gloo.py, run as real processes and judged by its JSON.
 
 Every run the selected tests need starts at once when the module's first such test asks, each in
 a thread of its own, so their imports and waits overlap on a small machine. Four of them must
@@ -33,8 +33,8 @@ import pytest
 from site_tests.conftest import ROOT, pace
 
 CODE = ROOT / "code"
-LAB = CODE / "26_ddp_gloo.py"
-SHARED = CODE / "ddp_lab.py"
+LAB = CODE / "ddp" / "gloo.py"
+SHARED = CODE / "ddp" / "ddp_common.py"
 RUN_TIMEOUT = 120  # seconds for one lab process, start to finish
 MARKER = "DDP_LAB_TEST_MARKER"
 VARIANTS = ("naive", "ddp", "ddp_no_sync")
@@ -56,7 +56,7 @@ pytestmark = pytest.mark.timeout(2 * RUN_TIMEOUT)
 # ---------------------------------------------------------------------------------------------
 # name -> how to run it. `args` go to the lab; `torchrun` starts it under torchrun instead of
 # mp.spawn (with `nproc` ranks, default 2); `mutate` = (old, new) is applied to a copy of
-# ddp_lab.py that the run imports; `script` replaces the gloo lab (the NCCL tests use it).
+# ddp_common.py that the run imports; `script` replaces the gloo lab (the NCCL tests use it).
 RUNS = {
     "ws2": {"args": ["--world-size", "2", "--steps", "5", "--sweep"]},  # what the site runs
     # 16 samples over 3 ranks: the sampler pads. A forkserver imports torch once, not 3 times.
@@ -143,9 +143,9 @@ class Run:
 
 
 def copy_with_mutation(folder, old, new):
-    """The lab in `folder`, next to a copy of ddp_lab.py with `old` replaced by `new`.
+    """The lab in `folder`, next to a copy of ddp_common.py with `old` replaced by `new`.
 
-    The script imports ddp_lab from its own folder first, so the copy wins; provenance.py still
+    The script imports ddp_common from its own folder first, so the copy wins; provenance.py still
     comes from code/ through PYTHONPATH.
     """
     source = SHARED.read_text()
@@ -308,7 +308,7 @@ def test_only_rank_0_prints_one_report(run):
 @by_run(*TOGETHER)
 def test_json_describes_the_run(run):
     r = run.results
-    assert r["lab"] == "26_ddp_gloo" and r["backend"] == "gloo" and r["verdict"] == "PASS"
+    assert r["lab"] == "ddp_gloo" and r["backend"] == "gloo" and r["verdict"] == "PASS"
     assert r["launcher"] == ("torchrun" if run.name == "torchrun" else "mp.spawn")
     assert r["per_rank"] * r["world_size"] == r["samples"] + r["padded"]
     assert set(r["api"].values()) <= {

@@ -1,10 +1,10 @@
 """An elastic-ready DDP training script: torchrun may stop and restart it at any step.
 
     torchrun --standalone --nproc_per_node=2 --max_restarts=1 \
-        code/elastic_train.py --ckpt-dir=/shared/ckpt
-    CKPT_DIR=/shared/ckpt torchrun --standalone --nproc_per_node=2 code/elastic_train.py
-    # two nodes in network namespaces: sudo python code/26_two_nodes.py
-    # a Slurm job on GPU nodes: code/slurm/train-torchrun-gpu.sbatch
+        code/clusters/elastic_train.py --ckpt-dir=/shared/ckpt
+    CKPT_DIR=/shared/ckpt torchrun --standalone --nproc_per_node=2 code/clusters/elastic_train.py
+    # two nodes in network namespaces: sudo python code/clusters/two_nodes.py
+    # a Slurm job on GPU nodes: code/clusters/jobs/train-torchrun-gpu.sbatch
 
 A restart runs this file from its first line, so it is elastic-ready in three ways:
 1. at start it resumes from its newest complete checkpoint, before DDP wraps the model,

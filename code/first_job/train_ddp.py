@@ -1,11 +1,11 @@
 """Train a small regression model with DDP: chapter 1's first DDP job.
 
-    torchrun --standalone --nproc_per_node=2 code/train_ddp.py   # CPU, gloo
-    torchrun --standalone --nproc_per_node=8 code/train_ddp.py   # 8 GPUs, nccl
-    torchrun --standalone --nproc_per_node=2 code/train_ddp.py --bf16
+    torchrun --standalone --nproc_per_node=2 code/first_job/train_ddp.py   # CPU, gloo
+    torchrun --standalone --nproc_per_node=8 code/first_job/train_ddp.py   # 8 GPUs, nccl
+    torchrun --standalone --nproc_per_node=2 code/first_job/train_ddp.py --bf16
 
-It is train_single.py as a DDP job: `diff code/train_single.py
-code/train_ddp.py` shows every line that takes. Start it with torchrun,
+It is train_single.py as a DDP job: `diff code/first_job/train_single.py
+code/first_job/train_ddp.py` shows every line that takes. Start it with torchrun,
 which sets RANK, LOCAL_RANK and WORLD_SIZE for every process it starts.
 """
 

@@ -2,16 +2,16 @@
 
 Run it (two ranks, five steps; --json PATH keeps every number it prints and more):
 
-    python code/26_ddp_gloo.py --world-size 2 --steps 5
-    python code/26_ddp_gloo.py --world-size 3 --sweep     # uneven shards, all_reduce sweep
+    python code/ddp/gloo.py --world-size 2 --steps 5
+    python code/ddp/gloo.py --world-size 3 --sweep     # uneven shards, all_reduce sweep
 
 The same script under torchrun, which sets RANK, WORLD_SIZE and MASTER_* for each worker:
 
-    torchrun --standalone --nproc_per_node=2 code/26_ddp_gloo.py --torchrun
+    torchrun --standalone --nproc_per_node=2 code/ddp/gloo.py --torchrun
     # if --standalone stalls in rendezvous, give the loopback address and a free port:
     PORT=$(python -c "import socket; s=socket.socket(); s.bind(('',0)); print(s.getsockname()[1])")
     torchrun --nnodes=1 --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=$PORT \
-        code/26_ddp_gloo.py --torchrun
+        code/ddp/gloo.py --torchrun
 
 Without --torchrun the script starts its own ranks with torch.multiprocessing.spawn; they meet
 through a file in a fresh temporary directory (file://), so no port is needed. Every rank
@@ -27,7 +27,7 @@ through a file in a fresh temporary directory (file://), so no port is needed. E
 Rank 0 also trains a single-process reference on the full (padded) batch and a control that
 trains on rank 0's shard without any communication, prints the report and writes the JSON.
 What the NCCL lab does too lives once, shared: the command line in lab_cli.py, the rest in
-ddp_lab.py.
+ddp_common.py.
 
 The --json file (one object):
   lab, backend, launcher ("mp.spawn" or "torchrun"), start_method ("spawn", "forkserver",
@@ -62,13 +62,17 @@ The --json file (one object):
 
 import argparse
 import os
+import pathlib
 import shutil
 import sys
 import tempfile
 import time
 
-import lab_cli  # a sibling in code/, as are spawning and ddp_lab
-import spawning
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import lab_cli  # noqa: E402  (code/, as is spawning; ddp_common is a sibling here)
+import spawning  # noqa: E402
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -154,7 +158,7 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------------------------
 # The heavy imports, once the arguments are known to be good (spawned ranks start here too)
 # ---------------------------------------------------------------------------------------------
-import ddp_lab as lab  # noqa: E402
+import ddp_common as lab  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -231,7 +235,7 @@ def distributed_part(rank, world_size, args, checkpoint):
 # ---------------------------------------------------------------------------------------------
 def summarise(m, reference, control, passed, args):
     """Everything measured, in the order of the JSON schema in the docstring, and the verdict."""
-    r = lab.summary("26_ddp_gloo", "gloo", args.start_method, m, reference, control, args)
+    r = lab.summary("ddp_gloo", "gloo", args.start_method, m, reference, control, args)
     if args.sweep:
         r["sweep"] = m["sweep"]
     return lab.conclude(r, passed, args.started)

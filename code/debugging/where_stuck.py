@@ -30,7 +30,10 @@ import sys
 import tempfile
 import time
 
-import pace
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import pace  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPT = pathlib.Path(__file__).name  # how py-spy names this file: the ranks start in HERE

@@ -2,9 +2,9 @@
 
 Run it (two ranks over gloo, on CPU; --json PATH keeps every figure):
 
-    python code/compile_ddp.py
-    python code/compile_ddp.py --layers 8 --json compile.json
-    python code/compile_ddp.py --skip-inductor      # the graphs and orders only: seconds
+    python code/past_ddp/compile_ddp.py
+    python code/past_ddp/compile_ddp.py --layers 8 --json compile.json
+    python code/past_ddp/compile_ddp.py --skip-inductor      # the graphs and orders only: seconds
 
 Two processes, spawned and joined through a file:// store in a fresh temp directory, each
 build the same stack of Linear+tanh layers (a class of our own, as a reader's model would be)
@@ -39,7 +39,10 @@ import sys
 import tempfile
 import time
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from spawning import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
 
 # One layer per bucket; DDP's default size passed explicitly, which turns off DDP's small
 # first bucket (chapter 3); and no cap at all (None): DDP's default, small first bucket kept.

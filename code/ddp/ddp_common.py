@@ -1,6 +1,6 @@
 """What the module 26 DDP labs share: one copy for gloo on CPU and for NCCL on GPU.
 
-The lab scripts, 26_ddp_gloo.py and 26_ddp_nccl.py, check their arguments with lab_cli.py
+The lab scripts, gloo.py and nccl.py, check their arguments with lab_cli.py
 before torch is imported, then call in here. Nothing below knows the backend or the device
 beyond the `device` and `sync` it is handed, so the same checks run on CPU tensors over TCP and
 on CUDA tensors over NVLink.
@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 
-import provenance  # siblings in code/ that the other labs use too
+import provenance  # code/, one folder up (the lab scripts put it on the path)
 import spawning
 import torch
 import torch.distributed as dist
@@ -577,7 +577,7 @@ def judge(params, replicas, reference, control):
 
 
 def summary(name, backend, start_method, m, reference, control, args):
-    """The keys every lab's JSON starts with, in the order 26_ddp_gloo.py's docstring lists.
+    """The keys every lab's JSON starts with, in the order gloo.py's docstring lists.
 
     `m` is what the lab measured on rank 0; the lab adds its own keys, then calls conclude().
     """

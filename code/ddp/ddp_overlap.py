@@ -2,8 +2,8 @@
 
 Run it (two ranks over gloo; --json PATH keeps every timestamp, for the site's timeline):
 
-    python code/ddp_overlap.py
-    python code/ddp_overlap.py --layers 8 --bucket-cap-mb 8 --json overlap.json
+    python code/ddp/ddp_overlap.py
+    python code/ddp/ddp_overlap.py --layers 8 --bucket-cap-mb 8 --json overlap.json
 
 Two processes, spawned and joined through a file:// store in a fresh temp directory, train the
 same stack of Linear+Tanh layers on different data, and time each backward pass twice:
@@ -49,7 +49,10 @@ import statistics
 import sys
 import time
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from spawning import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """A process that is no part of the job, reading and writing a torchrun job's store.
 
-    python code/store_outsider.py HOST PORT RUN_ID [WAIT_S]
+    python code/clusters/store_outsider.py HOST PORT RUN_ID [WAIT_S]
 
 It connects as a plain TCPStore client (there is no password to give), reads the c10d
 rendezvous state, lists every key and writes one of its own. Then it waits for a line on
 stdin and tries to connect again, which a firewall rule on HOST should now refuse. The
 first visit waits up to WAIT_S seconds (default 20) for the agent to open its store.
-code/26_two_nodes.py runs it from a third network namespace; it prints one `@@` JSON
+code/clusters/two_nodes.py runs it from a third network namespace; it prints one `@@` JSON
 line per attempt.
 """
 

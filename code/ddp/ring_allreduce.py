@@ -2,9 +2,9 @@
 
 Run it (four ranks; --json PATH also keeps every frame, for the site's step-through figure):
 
-    python code/ring_allreduce.py --ranks 4
-    python code/ring_allreduce.py --ranks 8 --elements 16 --json ring.json
-    python code/ring_allreduce.py --ranks 4 --no-real      # the simulation alone, no torch
+    python code/ddp/ring_allreduce.py --ranks 4
+    python code/ddp/ring_allreduce.py --ranks 8 --elements 16 --json ring.json
+    python code/ddp/ring_allreduce.py --ranks 4 --no-real      # the simulation alone, no torch
 
 Every rank holds a vector of integers cut into p equal chunks. The ring is rank r -> rank r+1
 (mod p), and every step each rank sends exactly one chunk to its right-hand neighbour:
@@ -50,10 +50,16 @@ The --json file (one object):
 import argparse
 import json
 import os
+import pathlib
 import random
 import sys
 import time
 from fractions import Fraction
+
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
 
 ELEMENT_BYTES = 8  # int64 on the wire, so that every sum is exact
 

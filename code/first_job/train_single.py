@@ -1,10 +1,10 @@
 """Train a small regression model on one device: where chapter 1 starts.
 
-    python code/train_single.py          # CPU, or the GPU if there is one
-    python code/train_single.py --bf16   # forward pass under bf16 autocast
+    python code/first_job/train_single.py          # CPU, or the GPU if there is one
+    python code/first_job/train_single.py --bf16   # forward pass under bf16 autocast
 
-train_ddp.py is this script as a DDP job: `diff code/train_single.py
-code/train_ddp.py` shows every line that takes.
+train_ddp.py is this script as a DDP job: `diff code/first_job/train_single.py
+code/first_job/train_ddp.py` shows every line that takes.
 """
 
 import argparse

@@ -1,9 +1,9 @@
 """Kill a rank mid-run and watch the job resume, bit for bit: chapter 5's resume lab.
 
-    python code/resume_lab.py                     # 12 steps, rank 1 dies at step 7
-    python code/resume_lab.py --steps 8 --crash-at-step 6
+    python code/clusters/resume_lab.py                     # 12 steps, rank 1 dies at step 7
+    python code/clusters/resume_lab.py --steps 8 --crash-at-step 6
 
-It runs code/elastic_train.py twice under torchrun on this machine, two ranks each: once
+It runs code/clusters/elastic_train.py twice under torchrun on this machine, two ranks each: once
 straight through, and once with --max_restarts=1 while rank 1 dies at a step (exit status
 1 at once, as a killed process: no handler runs). The agent restarts both workers, which
 resume from the newest checkpoint; the lab prints what the ranks reported and compares the
@@ -19,7 +19,10 @@ import subprocess
 import sys
 import tempfile
 
-import pace
+# code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
+# the launcher. Put it on the path, so this script runs from any folder.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import pace  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAINER = HERE / "elastic_train.py"
