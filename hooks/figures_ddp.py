@@ -13,7 +13,7 @@
 Each is drawn tall rather than wide, so that its smallest text stays legible on a phone
 (figure_views.LEGIBLE_PX at figure_views.PHONE_COLUMN_PX). The sampler's split is computed in
 plain Python, without importing torch (slow to import in a build hook);
-site_tests/test_figures_ddp.py checks it against torch's own DistributedSampler.
+site_tests/labs/test_figures_ddp.py checks it against torch's own DistributedSampler.
 """
 
 from figure_views import box, diagram, drawing, swatch, text

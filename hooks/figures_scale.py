@@ -313,8 +313,8 @@ def zero_stages_figure(result, uid, world=4):
             y += bar_h + 5
         y += 12
     alt = (
-        f"Stacked bars of the bytes each of {world} ranks kept in code/past_ddp/zero_lab.py's run, by "
-        "weights, gradients and Adam's state. "
+        f"Stacked bars of the bytes each of {world} ranks kept in code/past_ddp/zero_lab.py's run, "
+        "by weights, gradients and Adam's state. "
         + " ".join(
             f"{stage}: "
             + "; ".join(

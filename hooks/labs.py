@@ -84,7 +84,8 @@ def on_files(files, config):
         if files.get_file_from_path(new) is None:
             raise PluginError(f"extra.moved_code: {new} (moved from {old}) is not published")
         # The same bytes at the old address: a link to a raw .py cannot be redirected.
-        files.append(File.generated(config, old, abs_src_path=files.get_file_from_path(new).abs_src_path))
+        source = files.get_file_from_path(new).abs_src_path
+        files.append(File.generated(config, old, abs_src_path=source))
     for name, record in RECORDS.items():
         cache = labrunner.cache_root(RUNS[name].root)
         for uri, content in lab_views.artifacts(name, record, cache).items():

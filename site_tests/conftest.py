@@ -43,8 +43,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The Lighthouse table, if the browser tests made one (site_tests/lighthouse_gate.py)."""
-    gate = sys.modules.get("site_tests.lighthouse_gate")
+    """The Lighthouse table, if the browser tests made one (site_tests/tools/lighthouse_gate.py)."""
+    gate = sys.modules.get("site_tests.tools.lighthouse_gate")
     if gate is not None and gate.summary:
         terminalreporter.section("Lighthouse, calibrated to this machine")
         for line in gate.summary:
