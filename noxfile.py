@@ -134,10 +134,11 @@ def side_by_side(session, runs, python):
 def tests(session):
     """The full suite: the fences, then site_tests/ in two halves that run side by side.
 
-    One half builds the site and checks its pages in a browser (`--only-site`); the other runs
+    One half builds the site and checks its pages in a browser (site_tests/site/); the other runs
     every test that needs no built site: the labs, the exercises, the failure gallery
-    (`--without-site`). Much of each is waiting (on Lighthouse's page loads, on a lab's ranks,
-    on a daemon), so on two cores the pair takes less than the two one after the other.
+    (site_tests/labs/), and the build's own machinery (site_tests/machinery/). Much of each is
+    waiting (on Lighthouse's page loads, on a lab's ranks, on a daemon), so on two cores the
+    pair takes less than the two one after the other.
     The site half prints as it goes; the other half's log follows when both are done. Both
     count one `import torch` measurement, doubled, as each has about half the machine, and
     both keep lab records in one cache, so that each lab the build and the tests both run
@@ -154,9 +155,9 @@ def tests(session):
         tempfile.TemporaryFile("w+") as log,
     ):
         shared[SHARED_CACHE_ENV] = records
-        labs = start_beside([python, "-m", "pytest", "--without-site", "site_tests"], log, shared)
+        labs = start_beside([python, "-m", "pytest", *WITHOUT_SITE], log, shared)
         try:
-            pytest(session, python, "--only-site", "site_tests", env=shared)
+            pytest(session, python, SITE_TESTS, env=shared)
         finally:
             labs.wait()
             print_log(log)
@@ -167,38 +168,23 @@ def tests(session):
 # The torch releases the site is checked on: the pinned one, and the two before it. To check
 # one more, add it here; `nox -s releases` then builds its venv on first use.
 RELEASES = ["2.13.0", "2.14.1", PINNED_TORCH]
-# site_tests/ modules about the site itself (its build, its pages in a browser, its links and
-# downloads, the fence collector, the fences' teeth and outputs, the topics it covers), which
-# need only the pinned torch. Every other test_*.py there runs a lab, a failure case or an
-# exercise, so a new lab's tests join the release matrix by themselves.
-SITE_ONLY_TESTS = {
-    "test_site_build.py",
-    "test_browser.py",
-    "test_markup.py",
-    "test_lighthouse_gate.py",
-    "test_pace.py",
-    "test_external_links.py",
-    "test_archives.py",
-    "test_lab_archives.py",
-    "test_fence_plugin.py",
-    "test_fence_teeth.py",
-    "test_fence_outputs.py",
-    "test_topics.py",
-    "test_lab_runner.py",
-}
+# site_tests/ by what a test needs (site_tests/tools/fence_plugin.py refuses a test that needs
+# the built site anywhere but in site/):
+# - site/: the built site, its pages in a browser, its downloads (the pinned torch only);
+# - labs/: a lab, a failure case or an exercise run for real, and the figures and claims drawn
+#   from them: the release matrix runs these on every torch, so a new lab's tests join it by
+#   being put there;
+# - machinery/: the build's own hooks, the fence collector, the gates, the pace (pinned only).
+SITE_TESTS = "site_tests/site"
+LAB_TESTS = "site_tests/labs"
+WITHOUT_SITE = [LAB_TESTS, "site_tests/machinery"]
 
 
-# What the release matrix leaves out: the site, and the tests that break a claim on purpose to
-# show that its check fails (`teeth` in pyproject.toml), the exercises' starters among them.
-# They judge our checks, not torch, and the exercises' six sets of broken solutions alone grade
-# the exercises six times over. Each claim itself is still checked on every release.
-LAB_ONLY = ["--without-site", "-m", "not teeth"]
-
-
-def lab_tests():
-    """The site_tests/ modules that run a lab: every test_*.py but the site-only ones."""
-    found = sorted((ROOT / "site_tests").glob("test_*.py"))
-    return [path.relative_to(ROOT).as_posix() for path in found if path.name not in SITE_ONLY_TESTS]
+# What the release matrix leaves out besides: the tests that break a claim on purpose to show
+# that its check fails (`teeth` in pyproject.toml), the exercises' starters among them. They
+# judge our checks, not torch, and the exercises' six sets of broken solutions alone grade the
+# exercises six times over. Each claim itself is still checked on every release.
+NOT_TEETH = ["-m", "not teeth"]
 
 
 @nox.session
@@ -207,7 +193,7 @@ def releases(session, torch):
     """Every fence and every lab's tests on one torch release (all three: nox -s releases)."""
     python = shared_venv(session, torch)
     pytest(session, python, *FENCE_ARGS, "docs")
-    pytest(session, python, *LAB_ONLY, *(session.posargs or lab_tests()))
+    pytest(session, python, *NOT_TEETH, *(session.posargs or [LAB_TESTS]))
 
 
 @nox.session(name="older-releases", default=False)
@@ -239,7 +225,7 @@ def catch_rate(session):
     """Run the checks on the oldest release as if it were the pinned one; count what they catch."""
     python = shared_venv(session, RELEASES[0])
     args = ["--pretend", PINNED_TORCH, *session.posargs]
-    session.run(python, "site_tests/catch_rate.py", *args, external=True)
+    session.run(python, "site_tests/tools/catch_rate.py", *args, external=True)
 
 
 @nox.session
@@ -271,10 +257,10 @@ def browser(session):
     """The built site in Chromium at 1400 and 390 px, served gzipped: layout, axe, Lighthouse.
 
     Each check skips with its reason where its tool is missing (Chromium, nginx, or the npm
-    tools that .ci/run installs with `npm ci` from site_tests/package-lock.json).
+    tools that .ci/run installs with `npm ci` from site_tests/tools/package-lock.json).
     """
     python = shared_venv(session)
-    pytest(session, python, "site_tests/test_browser.py", *session.posargs)
+    pytest(session, python, "site_tests/site/test_browser.py", *session.posargs)
 
 
 @nox.session
@@ -358,11 +344,11 @@ def links(session):
     """Build the site, then list its external links for an author to check online."""
     python = shared_venv(session)
     session.run(python, "-m", "mkdocs", "build", "--strict", external=True)
-    session.run(python, "site_tests/external_links.py", "site", external=True)
+    session.run(python, "site_tests/tools/external_links.py", "site", external=True)
 
 
 @nox.session(default=False)
 def figures(session):
     """Time fences, the gloo lab and cold/warm builds side by side with `import torch`."""
     python = shared_venv(session)
-    session.run(python, "site_tests/measure_figures.py", external=True)
+    session.run(python, "site_tests/tools/measure_figures.py", external=True)

@@ -1,6 +1,6 @@
 """The command line the two DDP labs have in common, checked before either lab imports torch.
 
-26_ddp_gloo.py and 26_ddp_nccl.py take the same core options and refuse bad values with the same
+gloo.py and nccl.py take the same core options and refuse bad values with the same
 one-line errors; each lab adds its own options around these. Nothing here imports torch, so a
 typo is reported in milliseconds instead of after the seconds that `import torch` costs.
 """

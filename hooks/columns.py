@@ -7,7 +7,7 @@ out of line. Such a block gets the class COLUMNS here, and extra.css keeps its l
 scrolls inside its own box, and says so under it when it is wider than the screen.
 
 The rule, `is_columns(text)`, is the one home of "columns", and `kept_whole(classes, text)` of
-which blocks this hook marks; site_tests/test_browser.py asks the latter which blocks of a page
+which blocks this hook marks; site_tests/site/test_browser.py asks the latter which blocks of a page
 must render one line per line of text. A block is columns when
 - it draws with box or table characters (U+2500-U+259F), or
 - at least MIN_ALIGNED of its lines have a gap of 2+ spaces between two words that starts or

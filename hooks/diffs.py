@@ -2,7 +2,7 @@
 
 A page asks for it with a marker on a line of its own:
 
-    <!-- diff:code/train_single.py code/train_ddp.py -->
+    <!-- diff:code/first_job/train_single.py code/first_job/train_ddp.py -->
 
 and gets a `diff` block of the whole second file, each line it adds marked `+` and each line
 it drops marked `-`, made from the files as they are at build time, so the page cannot drift

@@ -1,9 +1,10 @@
 """Where a page's python fences are: the one parser the build and the fence tests share.
 
 The build runs every python fence and shows its output (hooks/fences.py); pytest-markdown-docs
-collects every python fence as a test, through the parser site_tests/fence_plugin.py hands it,
+collects every python fence as a test, through the parser site_tests/tools/fence_plugin.py hands it,
 which is `parser()` below. One parser means the fences a reader sees run are the fences the
-tests run, and no others (site_tests/test_fence_plugin.py checks it on every page of docs/).
+tests run, and no others (site_tests/machinery/test_fence_plugin.py checks it on every page of
+docs/).
 
 markdown-it reads the page as CommonMark with Material's admonitions (mdit-py-plugins' admon
 plugin), so a fence in a `!!!` or `???` fold counts. A fence in a content tab (`===`) does not:

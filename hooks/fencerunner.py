@@ -29,7 +29,7 @@ WARNINGS_AS_ERRORS = [
 ]
 
 # A fence whose first line is `# fence: skip (REASON)` is shown but never run, here or by the
-# fence tests (site_tests/fence_plugin.py uses this rule too).
+# fence tests (site_tests/tools/fence_plugin.py uses this rule too).
 SKIP_LINE = re.compile(r"#\s*fence:\s*skip\s*\((?P<reason>[^)]+)\)")
 
 

@@ -8,8 +8,8 @@ code too. So those spans only cost: names and spaces were a fifth of a chapter's
 punctuation and operators half of what was left in the failure gallery (2,900 of its elements,
 nearly all in the closed folds that hold each case's script, which cost their elements folded
 or not). Every one of them is parsed, styled and laid out on a reader's phone, and parsed again
-by the search plugin. site_tests/test_page_hooks.py checks that Material still styles them that
-way.
+by the search plugin. site_tests/machinery/test_page_hooks.py checks that Material still styles
+them that way.
 
 Only the blocks Python-Markdown highlights are touched (`<div class="... highlight">`); a
 notebook's cells carry JupyterLab's own classes and styles, and are left as they are.

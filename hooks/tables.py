@@ -9,7 +9,7 @@ So the build writes each table inside Material's wrapper already, with a class t
 Material's mount to leave it be. Material's stylesheet only styles a plain table, so the
 build also writes `assets/stylesheets/tables.css`: every rule Material has for a plain table,
 aimed at this class instead. Material stays the one home of how a table looks.
-site_tests/test_page_hooks.py checks both halves, and test_browser.py that a built table
+site_tests/machinery/test_page_hooks.py checks both halves, and test_browser.py that a built table
 looks exactly as a table Material mounted.
 
 A table of prose (three columns or more, and a cell of more than CARD_CHARS characters) cannot

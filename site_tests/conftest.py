@@ -26,12 +26,12 @@ import labrunner  # noqa: E402  (how the build runs a lab and keeps its record)
 # and then becomes every process's TMPDIR (pytest_configure).
 START_TMP = tempfile.gettempdir()
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
-# The npm tools of the browser and markup tests: site_tests/package.json pins them, its lock pins
-# what they pull in, and .ci/run installs them with `npm ci` into this folder outside the checkout.
+# The npm tools of the browser and markup tests: site_tests/tools/package.json pins them, its
+# lock pins what they pull in, and .ci/run installs them with `npm ci` into this folder outside the checkout.
 NPM_DIR = pathlib.Path(
     os.environ.get("DDP_COURSE_NPM", pathlib.Path.home() / ".cache" / "ddp-course" / "npm")
 )
-NPM_PACKAGE = ROOT / "site_tests" / "package.json"
+NPM_PACKAGE = ROOT / "site_tests" / "tools" / "package.json"
 
 
 def pytest_report_header():
@@ -51,8 +51,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The Lighthouse table, if the browser tests made one (site_tests/lighthouse_gate.py)."""
-    gate = sys.modules.get("site_tests.lighthouse_gate")
+    """The Lighthouse table, if the browser tests made one (site_tests/tools/lighthouse_gate.py)."""
+    gate = sys.modules.get("site_tests.tools.lighthouse_gate")
     if gate is not None and gate.summary:
         terminalreporter.section("Lighthouse, calibrated to this machine")
         for line in gate.summary:

@@ -1,4 +1,4 @@
-"""Views of the DDP labs (code/26_ddp_gloo.py on CPUs, code/26_ddp_nccl.py on GPUs): their
+"""Views of the DDP labs (code/ddp/gloo.py on CPUs, code/ddp/nccl.py on GPUs): their
 results tables and the all_reduce sweep, drawn with matplotlib as an SVG file per palette.
 
     <!-- lab:gloo:results -->        the checks and the 4 MiB all_reduce, as a table

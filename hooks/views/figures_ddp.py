@@ -2,18 +2,18 @@
 
     <!-- lab:ring:collectives -->       chapter 2: what every collective of the table leaves on
                                         each of 4 ranks, before and after, from the values
-                                        code/ring_allreduce.py's gloo processes really held
+                                        code/ddp/ring_allreduce.py's gloo processes really held
     <!-- lab:overlap:buckets -->        chapter 3: the parameters in registration order, the
                                         order their gradients became ready on the first
                                         backward, and DDP's buckets before and after the
-                                        rebuild, from code/ddp_overlap.py's record
+                                        rebuild, from code/ddp/ddp_overlap.py's record
     <!-- figure:sampler-split -->       chapter 4: DistributedSampler's split of 10 indices over
                                         3 ranks, padded and with drop_last=True, worked out here
 
 Each is drawn tall rather than wide, so that its smallest text stays legible on a phone
 (common.LEGIBLE_PX at common.PHONE_COLUMN_PX). The sampler's split is computed in
 plain Python, without importing torch (slow to import in a build hook);
-site_tests/test_figures_ddp.py checks it against torch's own DistributedSampler.
+site_tests/labs/test_figures_ddp.py checks it against torch's own DistributedSampler.
 """
 
 from views.kit import box, diagram, swatch, text
@@ -26,7 +26,7 @@ def numbers(values):
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 2: what each collective leaves on every rank (code/ring_allreduce.py's tour)
+# Chapter 2: what each collective leaves on every rank (code/ddp/ring_allreduce.py's tour)
 # ---------------------------------------------------------------------------------------------
 SLOT_W, SLOT_H, RANK_GAP, LABEL_W = 21, 22, 12, 56
 MISSING = {  # what a rank without a tensor shows, by call and side
@@ -148,7 +148,7 @@ def collectives_view(context):
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 3: DDP's buckets, before and after the rebuild (code/ddp_overlap.py)
+# Chapter 3: DDP's buckets, before and after the rebuild (code/ddp/ddp_overlap.py)
 # ---------------------------------------------------------------------------------------------
 ROW_H, NAME_W, READY_W, BUCKET_W, COL_GAP = 26, 84, 70, 124, 14
 

@@ -226,7 +226,7 @@ def ddp_memory():
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 8: what each ZeRO stage shards, rank by rank (code/zero_lab.py's record)
+# Chapter 8: what each ZeRO stage shards, rank by rank (code/past_ddp/zero_lab.py's record)
 # ---------------------------------------------------------------------------------------------
 def kib(count):
     value = count / 1024
@@ -310,8 +310,8 @@ def zero_stages_figure(result, uid, world=4):
             y += bar_h + 5
         y += 12
     alt = (
-        f"Stacked bars of the bytes each of {world} ranks kept in code/zero_lab.py's run, by "
-        "weights, gradients and Adam's state. "
+        f"Stacked bars of the bytes each of {world} ranks kept in code/past_ddp/zero_lab.py's run, "
+        "by weights, gradients and Adam's state. "
         + " ".join(
             f"{stage}: "
             + "; ".join(
@@ -350,7 +350,7 @@ def zero_stages_view(context):
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 6: where each rank of a hung job waits (code/where_stuck.py's record)
+# Chapter 6: where each rank of a hung job waits (code/debugging/where_stuck.py's record)
 # ---------------------------------------------------------------------------------------------
 CELL_STATES = {
     "waits": ("waits here", {"kind": "primary"}),

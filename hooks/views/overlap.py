@@ -1,4 +1,4 @@
-"""DDP's overlap, measured: code/ddp_overlap.py's timeline of one backward pass, DDP against
+"""DDP's overlap, measured: code/ddp/ddp_overlap.py's timeline of one backward pass, DDP against
 the naive loop, as bars.
 
     <!-- lab:overlap:overlap -->

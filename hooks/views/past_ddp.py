@@ -1,6 +1,6 @@
 """Views of chapter 8's labs: one part of what each printed per marker, for example
-`<!-- lab:compile-ddp:compile-graphs -->` (code/compile_ddp.py) or
-`<!-- lab:zero:zero-state -->` (code/zero_lab.py).
+`<!-- lab:compile-ddp:compile-graphs -->` (code/past_ddp/compile_ddp.py) or
+`<!-- lab:zero:zero-state -->` (code/past_ddp/zero_lab.py).
 """
 
 from views.common import part_views

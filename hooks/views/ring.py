@@ -1,4 +1,4 @@
-"""The ring all_reduce as a step-through figure: every step of code/ring_allreduce.py's
+"""The ring all_reduce as a step-through figure: every step of code/ddp/ring_allreduce.py's
 simulation, one panel per step, with Previous/Next (assets/javascripts/stepper.js).
 
     <!-- lab:ring:ring -->

@@ -1,4 +1,4 @@
-"""Views of the Slurm lab (code/27_slurm.py): one part of what it printed per marker, for
+"""Views of the Slurm lab (code/clusters/slurm.py): one part of what it printed per marker, for
 example `<!-- lab:slurm:slurm-requeue -->`, and the run's slurm.conf.
 """
 

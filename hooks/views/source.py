@@ -3,9 +3,9 @@
 What a page shows first is declared with the run in mkdocs.yml, never guessed from the code:
 
     gloo:
-      script: code/26_ddp_gloo.py
+      script: code/ddp/gloo.py
       shown_first:  # module the script imports: title of its `# ----` banner section
-        code/ddp_lab.py: "Training: one loop, three ways to keep replicas in step"
+        code/ddp/ddp_common.py: "Training: one loop, three ways to keep replicas in step"
 
 A declared module that the script does not import, or a section title it does not have, fails
 the build (hooks/labs.py checks every run's declaration when the build starts).

@@ -1,4 +1,4 @@
-"""Views of the two-node lab (code/26_two_nodes.py): one part of what it printed per marker,
+"""Views of the two-node lab (code/clusters/two_nodes.py): one part of what it printed per marker,
 for example `<!-- lab:two-nodes:nodes-restart -->`.
 """
 

@@ -1,7 +1,7 @@
 // The scaling calculator of chapter 7 ("How far data parallelism scales").
 // The four functions below are four of that page's "scaling model" block, line for line (its
 // fifth, DDP's bucket copy, is left out), so that the calculator and the table printed by the
-// block always agree (site_tests/test_browser.py runs the block's Python and compares). Inputs are read in the units people quote: GB/s and TFLOP/s.
+// block always agree (site_tests/site/test_browser.py runs the block's Python and compares). Inputs are read in the units people quote: GB/s and TFLOP/s.
 
 (() => {
   // Ring all-reduce: each GPU moves 2(p-1)/p of the gradient bytes at the bus bandwidth.
