@@ -27,7 +27,8 @@ import labrunner  # noqa: E402  (how the build runs a lab and keeps its record)
 START_TMP = tempfile.gettempdir()
 BUILD_TIMEOUT = 600  # seconds: a cold build runs every lab, each with its own timeout
 # The npm tools of the browser and markup tests: site_tests/tools/package.json pins them, its
-# lock pins what they pull in, and .ci/run installs them with `npm ci` into this folder outside the checkout.
+# lock pins what they pull in, and .ci/run installs them with `npm ci` into this folder outside
+# the checkout.
 NPM_DIR = pathlib.Path(
     os.environ.get("DDP_COURSE_NPM", pathlib.Path.home() / ".cache" / "ddp-course" / "npm")
 )
