@@ -67,8 +67,8 @@ import sys
 import tempfile
 import time
 
-import lab_cli  # a sibling in code/, as are spawning and ddp_lab
-import spawning
+import lab_cli  # siblings in code/, as is ddp_lab
+import launcher
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -131,7 +131,7 @@ def start_forkserver(run_dir):
     import multiprocessing.forkserver
 
     multiprocessing.set_forkserver_preload(["__main__", "torch._dynamo"])
-    with spawning.temp_files_in(run_dir):  # the server's socket goes in run_dir
+    with launcher.temp_files_in(run_dir):  # the server's socket goes in run_dir
         try:
             multiprocessing.forkserver.ensure_running()
         except OSError as err:  # a socket path is limited to about 100 bytes
@@ -145,7 +145,7 @@ def start_forkserver(run_dir):
 if __name__ == "__main__":
     ARGS = parse_args()
     if not ARGS.torchrun:
-        # One fresh directory for all this run puts on disk, removed by lab.launch(): the file://
+        # One fresh directory for all this run puts on disk, removed by launcher.launch(): the file://
         # store, torch's per-rank error files, the forkserver's socket.
         ARGS.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
         if ARGS.start_method == "forkserver":
@@ -265,7 +265,7 @@ def report(r):
 # ---------------------------------------------------------------------------------------------
 def main(args):
     args.started = STARTED  # spawned ranks import this file afresh; they get the parent's clock
-    lab.launch(run_rank, args, args.start_method)
+    launcher.launch(run_rank, args, args.start_method)
 
 
 if __name__ == "__main__":

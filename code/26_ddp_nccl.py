@@ -51,7 +51,8 @@ import sys
 import tempfile
 import time
 
-import lab_cli  # a sibling in code/, as is ddp_lab
+import lab_cli  # siblings in code/, as is ddp_lab
+import launcher
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -297,9 +298,9 @@ def main(args):
         if args.world_size is None:
             args.world_size = torch.cuda.device_count()
         # The file:// store and torch's per-rank error files go in one fresh directory, which
-        # lab.launch() removes.
+        # launcher.launch() removes.
         args.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
-    lab.launch(run_rank, args)
+    launcher.launch(run_rank, args)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+from launcher import spawn_ranks  # a sibling in code/; torch-free until it spawns
 
 # One layer per bucket; DDP's default size passed explicitly, which turns off DDP's small
 # first bucket (chapter 3); and no cap at all (None): DDP's default, small first bucket kept.

@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+from launcher import spawn_ranks  # a sibling in code/; torch-free until it spawns
 
 
 # ---------------------------------------------------------------------------------------------

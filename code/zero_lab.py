@@ -54,7 +54,7 @@ import os
 import pathlib
 import sys
 
-from spawning import spawn_ranks  # a sibling in code/; torch-free until it spawns
+from launcher import spawn_ranks  # a sibling in code/; torch-free until it spawns
 
 LAYERS = [(64, 256), (256, 128), (128, 32), (32, 10)]  # (in, out): tensors of unequal sizes
 

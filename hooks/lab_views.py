@@ -213,7 +213,13 @@ def source_view(context):
 # What every lab imports to be run, timed and recorded, and the failure gallery's harness: the
 # machinery around a lab, which a reader downloads with it but does not study. Shown in full, the
 # three modules and the harness took about 70 KB of the gallery page's 345 KB.
-MACHINERY = {"code/pace.py", "code/provenance.py", "code/lab_cli.py", "code/failures/harness.py"}
+MACHINERY = {
+    "code/pace.py",
+    "code/provenance.py",
+    "code/lab_cli.py",
+    "code/launcher.py",
+    "code/failures/harness.py",
+}
 
 
 # Which project modules each page has embedded so far in this build: {page uri: {path}}.
