@@ -6,7 +6,7 @@ beyond the `device` and `sync` it is handed, so the same checks run on CPU tenso
 on CUDA tensors over NVLink.
 
 Read it in the order a rank uses it:
-  launching     mp.spawn over a file:// store, or torchrun's env://; a failure names its rank
+  launching     the process group, over the store that launcher.py's ranks meet through
   checkpoints   named barriers in the store that say which rank is missing
   collectives   eight collectives checked against closed forms
   training      naive data parallelism and DDP behind one interface, one training loop
@@ -18,123 +18,21 @@ import contextlib
 import datetime
 import functools
 import json
-import logging
-import os
-import shutil
 import statistics
-import sys
 import time
 
 import provenance  # code/, one folder up (the lab scripts put it on the path)
-import spawning
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
+
 # ---------------------------------------------------------------------------------------------
 # Launching
 # ---------------------------------------------------------------------------------------------
-# mp.spawn logs a warning for each rank it terminates after a failure; the one-line error
-# that names the failed rank says all a reader needs.
-logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
-
-
-class RankFailed(Exception):
-    """One rank of a run failed; the message names the rank and its error in one line."""
-
-
-def exit_now(status=0):
-    """End this process at once, skipping the interpreter's teardown.
-
-    Freeing torch's modules (torch._dynamo above all, which DDP and torch.optim import) takes
-    Python about a second at exit. A rank whose work is done and written has nothing to lose.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
-def _run_then_exit(rank, worker, error_dir, *args):
-    """A rank's whole life: run the worker, then leave without the interpreter's teardown.
-
-    A failure is written as one line to error_dir/rank-R for the parent to quote; the exit
-    status 1 is what makes mp.spawn end the other ranks.
-    """
-    try:
-        worker(rank, *args)
-    except Exception as err:
-        with open(os.path.join(error_dir, f"rank-{rank}"), "w", encoding="utf-8") as out:
-            out.write(f"{type(err).__name__}: {err}")
-        exit_now(1)
-    exit_now(0)
-
-
-def spawn(worker, world_size, run_dir, args=(), start_method="spawn"):
-    """Run worker(rank, world_size, init_method, *args) in world_size new processes.
-
-    The processes meet through a file in run_dir, a fresh directory the caller made (and
-    removes), so no port is involved and runs started at the same moment cannot meet. If any
-    rank fails, torch ends the others and this raises RankFailed with the first failure.
-    start_method "spawn" starts fresh interpreters; "forkserver" forks them from a server
-    process that the caller started (and preloaded) earlier.
-    """
-    init_method = "file://" + os.path.join(run_dir, "store")
-    try:
-        with spawning.temp_files_in(run_dir):
-            # mp.spawn(fn, args, nprocs) is this call with start_method="spawn".
-            mp.start_processes(
-                _run_then_exit,
-                args=(worker, run_dir, world_size, init_method, *args),
-                nprocs=world_size,
-                start_method=start_method,
-            )
-    except mp.ProcessExitedException as err:
-        raise RankFailed(f"rank {err.error_index}: {why(err, run_dir)}") from None
-
-
-def why(err, error_dir):
-    """The failed rank's own one-line message, else how its process ended."""
-    path = os.path.join(error_dir, f"rank-{err.error_index}")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as message:
-            return message.read()
-    if err.signal_name:
-        return f"process ended by signal {err.signal_name}"
-    return f"process ended with exit code {err.exit_code}"
-
-
-def launch(run_rank, args, start_method="spawn"):
-    """Run run_rank(rank, world_size, init_method, args) on every rank, then end this process.
-
-    Under torchrun (args.torchrun) this process is one of the ranks and finds the others through
-    torchrun's env://. Otherwise it spawns args.world_size ranks that meet in args.run_dir, a
-    fresh directory the caller made and this removes. A failure is one line on stderr, status 1.
-    """
-    program = os.path.basename(sys.argv[0])
-    if args.torchrun:
-        rank = int(os.environ["RANK"])
-        try:
-            run_rank(rank, args.world_size, "env://", args)
-        except Exception as err:  # one line per failed rank; torchrun ends the others
-            print(f"{program}: error: rank {rank}: {err}", file=sys.stderr)
-            exit_now(1)
-        exit_now(0)
-    status = 0
-    try:
-        spawn(run_rank, args.world_size, args.run_dir, (args,), start_method)
-    except RankFailed as err:
-        print(f"{program}: error: {err}", file=sys.stderr)
-        status = 1
-    finally:
-        shutil.rmtree(args.run_dir, ignore_errors=True)
-    # The ranks are gone and run_dir is removed: skip a second of interpreter teardown.
-    exit_now(status)
-
-
 def start_process_group(backend, init_method, rank, world_size, timeout_s, phases, device_id=None):
     """Rendezvous, start the process group, and return the run's Checkpoints.
 

@@ -52,7 +52,7 @@ import time
 # code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
 # the launcher. Put it on the path, so this script runs from any folder.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from spawning import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
+from launcher import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ import time
 # code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
 # the launcher. Put it on the path, so this script runs from any folder.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import lab_cli  # noqa: E402  (code/, as is spawning; ddp_common is a sibling here)
-import spawning  # noqa: E402
+import lab_cli  # noqa: E402  (code/, as is launcher; ddp_common is a sibling here)
+import launcher  # noqa: E402
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -91,7 +91,7 @@ def start_forkserver(run_dir):
     import multiprocessing.forkserver
 
     multiprocessing.set_forkserver_preload(["__main__", "torch._dynamo"])
-    with spawning.temp_files_in(run_dir):  # the server's socket goes in run_dir
+    with launcher.temp_files_in(run_dir):  # the server's socket goes in run_dir
         try:
             multiprocessing.forkserver.ensure_running()
         except OSError as err:  # a socket path is limited to about 100 bytes
@@ -106,7 +106,7 @@ ARGS = None  # a spawned rank imports this file too, and gets its arguments from
 if __name__ == "__main__":
     ARGS = parse_args()
     if not ARGS.torchrun:
-        # One fresh directory for all this run puts on disk, removed by lab.launch(): the file://
+        # One fresh directory for all this run puts on disk, removed by launcher.launch(): the file://
         # store, torch's per-rank error files, the forkserver's socket.
         ARGS.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
         if ARGS.start_method == "forkserver":
@@ -222,7 +222,7 @@ def report(r):
 # ---------------------------------------------------------------------------------------------
 def main(args):
     args.started = STARTED  # spawned ranks import this file afresh; they get the parent's clock
-    lab.launch(run_rank, args, args.start_method)
+    launcher.launch(run_rank, args, args.start_method)
 
 
 if ARGS is not None:  # this process started the lab; a spawned rank stops at the definitions

@@ -46,7 +46,8 @@ import time
 # code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
 # the launcher. Put it on the path, so this script runs from any folder.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import lab_cli  # noqa: E402  (code/; ddp_common is a sibling here)
+import lab_cli  # noqa: E402  (code/, as is launcher; ddp_common is a sibling here)
+import launcher  # noqa: E402
 
 STARTED = time.time()  # the JSON's timeline counts from here, imports included
 
@@ -293,9 +294,9 @@ def main(args):
         if args.world_size is None:
             args.world_size = torch.cuda.device_count()
         # The file:// store and torch's per-rank error files go in one fresh directory, which
-        # lab.launch() removes.
+        # launcher.launch() removes.
         args.run_dir = tempfile.mkdtemp(prefix="ddp-lab-")
-    lab.launch(run_rank, args)
+    launcher.launch(run_rank, args)
 
 
 if ARGS is not None:  # this process started the lab; a spawned rank stops at the definitions

@@ -286,8 +286,8 @@ def expected_tour(p):
 def real_collectives(inputs, timeout_s):
     """Every rank's answer from a real p-process gloo group, as [rank] lists."""
     # A sibling in code/, imported here rather than at the top: the simulation needs no file
-    # but this one, and spawning imports torch only when it spawns.
-    from spawning import spawn_ranks
+    # but this one, and launcher imports torch only when it spawns.
+    from launcher import spawn_ranks
 
     p = len(inputs)
     clock = time.perf_counter()

@@ -18,6 +18,7 @@ output. Everything below runs on the same two ranks, one step after the other:
 """
 
 import harness
+import launcher  # in code/, which harness puts on the path
 
 args = harness.parse_args(
     __doc__, hangs=False, deadline_s=15, counts={"--rows": (16, 4, "rows in the global batch")}
@@ -170,4 +171,4 @@ def main():
 if __name__ == "__main__":
     with harness.overall_deadline(args.deadline_s):
         status = main()
-    harness.exit_now(status)
+    launcher.exit_now(status)

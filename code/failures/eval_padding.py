@@ -15,6 +15,7 @@ No process group is needed: the sampler takes num_replicas and rank as arguments
 """
 
 import harness
+import launcher  # in code/, which harness puts on the path
 
 args = harness.parse_args(
     __doc__,
@@ -106,4 +107,4 @@ def main():
 if __name__ == "__main__":
     with harness.overall_deadline(args.deadline_s):
         status = main()
-    harness.exit_now(status)
+    launcher.exit_now(status)

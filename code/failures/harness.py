@@ -8,11 +8,12 @@ Each script in code/failures/ breaks the distributed rule one way, then shows th
 This module keeps the plumbing out of their way, so each of them reads as the story of its case:
 
 - `run_groups` starts one gloo process group per variant (broken, fixed, ...), all at once.
-  Every rank is a forked child that joins through a file:// store in a temporary directory and
-  reports what its function returned or raised. A hung collective ends by the group's short
-  timeout; a rank still alive at the deadline is killed; the directory is removed. Nothing
-  outlives the call. `run_one_group` is the common case of a single group where nothing should
-  fail: the script's variants run in it one after the other.
+  Every rank is a forked child that joins through a file:// store (launcher.file_store) in a
+  temporary directory and reports what its function returned or raised. A hung collective ends
+  by the group's short timeout; a rank still alive at the deadline is killed; the directory is
+  removed. Nothing outlives the call, and the script ends with launcher.exit_now.
+  `run_one_group` is the common case of a single group where nothing should fail: the script's
+  variants run in it one after the other.
 - `summarize` keeps a real exception message's first line, verbatim, for the page: a reader
   can paste it into a search box (or search the page for theirs) and find it.
 - `Report` prints the human report, remembers every line, and writes the JSON (machine facts
@@ -34,9 +35,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-# provenance.py and pace.py live one folder up, in code/; the scripts import this module by
-# plain name.
+# launcher.py, pace.py and provenance.py live one folder up, in code/; the scripts import this
+# module by plain name.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import launcher  # noqa: E402
 import pace  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -105,18 +107,6 @@ def overall_deadline(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def exit_now(status):
-    """Exit with `status` without the interpreter's teardown.
-
-    Unloading torch (and torch._dynamo) module by module takes about a second, and the gallery
-    runs every script on each cold build. By the time a script calls this, its ranks are reaped,
-    its temporary directory is gone and its JSON is written, so there is nothing left to tidy.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +223,7 @@ def rank_main(variant, rank, world_size, folder, pg_timeout_s, *, answer, releas
             variant.before_init()
         dist.init_process_group(
             "gloo",
-            init_method=f"file://{folder / 'store'}",
+            init_method=launcher.file_store(folder),
             rank=rank,
             world_size=world_size,
             timeout=datetime.timedelta(seconds=pg_timeout_s),

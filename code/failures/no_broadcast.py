@@ -15,6 +15,7 @@ run on the same two ranks, one after the other (none of them breaks the group):
 """
 
 import harness
+import launcher  # in code/, which harness puts on the path
 
 args = harness.parse_args(
     __doc__, hangs=False, deadline_s=15, counts={"--steps": (5, 1, "training steps")}
@@ -155,4 +156,4 @@ def main():
 if __name__ == "__main__":
     with harness.overall_deadline(args.deadline_s):
         status = main()
-    harness.exit_now(status)
+    launcher.exit_now(status)

@@ -10,6 +10,7 @@ num_replicas and rank as arguments, so one process plays every rank.
 """
 
 import harness
+import launcher  # in code/, which harness puts on the path
 
 args = harness.parse_args(
     __doc__,
@@ -73,4 +74,4 @@ def main():
 if __name__ == "__main__":
     with harness.overall_deadline(args.deadline_s):
         status = main()
-    harness.exit_now(status)
+    launcher.exit_now(status)

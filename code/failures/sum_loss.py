@@ -17,6 +17,7 @@ on one process without DDP:
 """
 
 import harness
+import launcher  # in code/, which harness puts on the path
 
 args = harness.parse_args(
     __doc__,
@@ -127,4 +128,4 @@ def main():
 if __name__ == "__main__":
     with harness.overall_deadline(args.deadline_s):
         status = main()
-    harness.exit_now(status)
+    launcher.exit_now(status)

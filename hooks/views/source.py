@@ -42,13 +42,12 @@ def source_view(context):
 
     text = f"Download {download(script)}"
     if helpers:
-        text += ", and the modules it imports, which must sit in the same folder: " + ", ".join(
-            download(path) for path in helpers
-        )
+        text += ", and the modules it imports, which keep these paths under `code/`: "
+        text += ", ".join(download(path) for path in helpers)
     code = context.root / "code"
     if started := [p for p in context.run.input_files if p.is_relative_to(code)]:
         text += "; it also runs " + ", ".join(download(path) for path in started)
-        text += ", which must sit beside it too"
+        text += ", which keeps its path too"
     text += ".\n\n"
     first = context.shown_first
     for path, title, body in first:
@@ -78,7 +77,13 @@ def source_view(context):
 # What every lab imports to be run, timed and recorded, and the failure gallery's harness: the
 # machinery around a lab, which a reader downloads with it but does not study. Shown in full, the
 # three modules and the harness took about 70 KB of the gallery page's 345 KB.
-MACHINERY = {"code/pace.py", "code/provenance.py", "code/lab_cli.py", "code/failures/harness.py"}
+MACHINERY = {
+    "code/pace.py",
+    "code/provenance.py",
+    "code/lab_cli.py",
+    "code/launcher.py",
+    "code/failures/harness.py",
+}
 
 
 # Which project modules each page has embedded so far in this build: {page uri: {path}}.

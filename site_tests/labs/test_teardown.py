@@ -70,8 +70,8 @@ def test_dynamo_imported_after_the_group_keeps_gloo_threads_past_destroy(tmp_pat
 
 
 # The scripts that form a group and end through the interpreter's teardown (the others leave
-# with os._exit: ddp_common.exit_now, failures/harness.exit_now, exercises/ranks.py's forked ranks
-# inherit torch._dynamo from their parent).
+# with os._exit: launcher.exit_now in the labs' spawned ranks and the gallery; exercises/ranks.py's
+# forked ranks inherit torch._dynamo from their parent).
 SCRIPTS = [
     "code/first_job/train_ddp.py",
     "code/clusters/elastic_train.py",
