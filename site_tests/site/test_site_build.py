@@ -16,14 +16,14 @@ import re
 import sys
 import textwrap
 from html.parser import HTMLParser
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 import yaml
 from markdown.extensions.toc import slugify
 
 from hooks import fence_parser
-from site_tests.conftest import ROOT, alive, mkdocs_build, pace
+from site_tests.conftest import ROOT, declared, mkdocs_build, pace
 from site_tests.labs.test_where_stuck import SCRIPT as STUCK_SCRIPT
 from site_tests.labs.test_where_stuck import call_lines
 
@@ -521,3 +521,21 @@ def test_every_chapter_has_a_figure_and_each_figure_says_what_it_shows(built_sit
     assert all(counts.values()), f"chapters without a figure: {counts}"
     assert sum(counts.values()) >= MIN_FIGURES, f"{sum(counts.values())} figures: {counts}"
     assert not undescribed, f"figures without a caption or a text alternative: {undescribed}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Addresses published before code/ was grouped by family still work
+# ---------------------------------------------------------------------------------------------
+def test_every_old_address_still_serves_what_moved(built_site):
+    """A saved link to a raw script gets the file as it is now; an old lab page redirects."""
+    site, _ = built_site
+    for old, new in declared()["moved_code"].items():
+        assert (site / old).is_file(), f"{old} (now {new}) is gone from the site"
+        assert (site / old).read_bytes() == (ROOT / new).read_bytes(), f"{old} is not {new}"
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    (redirects,) = [p["redirects"] for p in config["plugins"] if "redirects" in p]
+    for old, new in redirects["redirect_maps"].items():
+        page = (site / old.removesuffix(".md") / "index.html").read_text()
+        (url,) = re.findall(r'http-equiv="refresh" content="0; url=([^"]+)"', page)
+        lands = urljoin(f"https://site/{old.removesuffix('.md')}/", url)
+        assert lands == f"https://site/{new.removesuffix('.md')}/", f"{old} sends to {url}"
