@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from site_tests.conftest import ROOT, alive, mkdocs_build, pace
-from site_tests.site.test_site_build import HOOK, module_leftovers  # noqa: F401
+
+HOOK = ROOT / "hooks" / "labs.py"
 
 # ---------------------------------------------------------------------------------------------
 # The hook's contract, on a throw-away site
@@ -150,13 +151,6 @@ def test_an_unknown_marker_fails_the_build(demo_site):
     (folder / "docs" / "index.md").write_text("# Demo\n\n<!-- lab:nosuchrun:stdout -->\n")
     proc = build()
     assert proc.returncode != 0 and "unknown lab run 'nosuchrun'" in proc.stderr
-
-
-def test_a_pointer_to_the_old_module_is_caught():
-    old = "<article><p>FSDP (module 27) shards it. Read <a>the module</a> first.</p></article>"
-    assert len(module_leftovers(old)) == 2
-    ours = "<article><p>Save <code>ddp.module</code>, the module inside the wrapper.</p></article>"
-    assert module_leftovers(ours) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ site build recorded (the built_site fixture), on the pinned torch.
 import copy
 import pytest
 import re
-from site_tests.labs.test_compile_ddp import compile_ddp, compiled  # noqa: F401
+from site_tests.labs.test_compile_ddp import compile_ddp, compiled
 
 
 def test_a_warm_cache_skips_the_compile_and_inductor_rounds_like_float32(compiled):

@@ -3,7 +3,7 @@ figure and text the chapter draws from them (labs/test_ddp_overlap.py runs the l
 
 import html
 import re
-from site_tests.labs.test_ddp_overlap import buckets, figure_views, figure_views_figures, overlap, rebuilt_in_ready_order, shown  # noqa: F401
+from site_tests.labs.test_ddp_overlap import buckets, figure_views, figure_views_figures, overlap, rebuilt_in_ready_order, shown
 
 
 def test_ddp_buckets_cover_every_parameter_once_and_start_after_their_gradients(overlap):

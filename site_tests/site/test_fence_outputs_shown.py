@@ -3,7 +3,7 @@ tests the hook that runs them on small sites of its own)."""
 
 from site_tests.conftest import ROOT, mkdocs_build
 import pytest
-from site_tests.machinery.test_fence_outputs import outputs, outside_folds, teaching_fence_count  # noqa: F401
+from site_tests.machinery.test_fence_outputs import outputs, outside_folds, teaching_fence_count
 
 
 @pytest.mark.parametrize(

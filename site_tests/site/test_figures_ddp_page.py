@@ -3,7 +3,7 @@
 
 import json
 import re
-from site_tests.labs.test_figures_ddp import alt_of, figures  # noqa: F401
+from site_tests.labs.test_figures_ddp import alt_of, figures
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 
 import html as htmllib
 import re
-from site_tests.labs.test_notebook import NOTEBOOK, SPAWN_ERROR  # noqa: F401
+from site_tests.labs.test_notebook import NOTEBOOK, SPAWN_ERROR
 
 
 def test_built_page_shows_outputs_and_download(built_site):

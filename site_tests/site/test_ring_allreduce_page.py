@@ -2,7 +2,7 @@
 (labs/test_ring_allreduce.py runs the ring itself)."""
 
 import re
-from site_tests.labs.test_ring_allreduce import build_record  # noqa: F401
+from site_tests.labs.test_ring_allreduce import build_record
 
 
 def test_the_module_page_steps_through_every_frame(built_site):

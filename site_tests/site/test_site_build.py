@@ -27,8 +27,6 @@ from site_tests.conftest import ROOT, declared, mkdocs_build, pace
 from site_tests.labs.test_where_stuck import SCRIPT as STUCK_SCRIPT
 from site_tests.labs.test_where_stuck import call_lines
 
-HOOK = ROOT / "hooks" / "labs.py"
-
 
 def record(cache, name):
     (folder,) = cache.glob(f"{name}-*/")
@@ -461,6 +459,13 @@ def module_leftovers(markup):
     prose = re.sub(r"<(pre|code)\b.*?</\1>", " ", article, flags=re.S)
     text = visible_text(prose)
     return [text[max(0, m.start() - 40) : m.end() + 20] for m in MODULE_LEFTOVER.finditer(text)]
+
+
+def test_a_pointer_to_the_old_module_is_caught():
+    old = "<article><p>FSDP (module 27) shards it. Read <a>the module</a> first.</p></article>"
+    assert len(module_leftovers(old)) == 2
+    ours = "<article><p>Save <code>ddp.module</code>, the module inside the wrapper.</p></article>"
+    assert module_leftovers(ours) == []
 
 
 def test_no_page_points_at_the_one_page_module_it_was_split_from(built_site):
