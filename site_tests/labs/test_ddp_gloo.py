@@ -36,8 +36,8 @@ import pytest
 from site_tests.conftest import ROOT, pace
 
 CODE = ROOT / "code"
-LAB = CODE / "gloo.py"
-SHARED = CODE / "ddp_common.py"
+LAB = CODE / "ddp" / "gloo.py"
+SHARED = CODE / "ddp" / "ddp_common.py"
 FAULTS = ROOT / "site_tests" / "tools" / "lab_faults.py"  # runs a lab with one rank made to fail
 SCHEMAS = ROOT / "site_tests" / "labs" / "schemas"
 RUN_TIMEOUT = 120  # seconds for one lab process, start to finish

@@ -126,7 +126,7 @@ def test_the_figure_and_the_module_pages_block_run_the_same_schedule(ring):
 
 def test_bad_arguments_fail_before_torch_is_imported():
     probe = (
-        "import sys; sys.path.insert(0, 'code'); import ring_allreduce\n"
+        "import sys; sys.path.insert(0, 'code/ddp'); import ring_allreduce\n"
         "try:\n    ring_allreduce.parse_args(['--ranks', '4', '--elements', '6'])\n"
         "except SystemExit as exit:\n    code = exit.code\n"
         "ring_allreduce.main(['--ranks', '3', '--no-real'])\n"

@@ -24,7 +24,7 @@ from site_tests.conftest import ROOT, pace
 ADOPTER = """
 import json, os, pathlib, subprocess, sys
 import psutil
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # code/clusters/, then code/
 import netns
 netns.adopt_orphans()
 out = sys.argv[2]
