@@ -47,7 +47,7 @@ def source_view(context):
     code = context.root / "code"
     if started := [p for p in context.run.input_files if p.is_relative_to(code)]:
         text += "; it also runs " + ", ".join(download(path) for path in started)
-        text += ", which keeps its path too"
+        text += ", which keep their paths too" if len(started) > 1 else ", which keeps its path too"
     text += ".\n\n"
     first = context.shown_first
     for path, title, body in first:
