@@ -179,11 +179,12 @@ def rank_worker(rank, world_size, run_dir, inputs, timeout_s):
 
     import torch
     import torch.distributed as dist
+    from launcher import file_store
 
     torch.set_num_threads(1)  # p ranks share a few cores; one thread each avoids thrashing
     dist.init_process_group(
         "gloo",
-        init_method="file://" + os.path.join(run_dir, "store"),
+        init_method=file_store(run_dir),
         rank=rank,
         world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
@@ -285,8 +286,8 @@ def expected_tour(p):
 
 def real_collectives(inputs, timeout_s):
     """Every rank's answer from a real p-process gloo group, as [rank] lists."""
-    # A sibling in code/, imported here rather than at the top: the simulation needs no file
-    # but this one, and launcher imports torch only when it spawns.
+    # From code/, imported here rather than at the top: the simulation needs no file but this
+    # one, and launcher imports torch only when it spawns.
     from launcher import spawn_ranks
 
     p = len(inputs)

@@ -42,7 +42,7 @@ import time
 # code/, one folder up, holds what every family of labs shares: pace, provenance, lab_cli,
 # the launcher. Put it on the path, so this script runs from any folder.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from launcher import spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
+from launcher import file_store, spawn_ranks  # noqa: E402  (code/; torch-free until it spawns)
 
 # One layer per bucket; DDP's default size passed explicitly, which turns off DDP's small
 # first bucket (chapter 3); and no cap at all (None): DDP's default, small first bucket kept.
@@ -244,7 +244,7 @@ def rank_worker(rank, world_size, run_dir, args):
     torch.set_num_threads(1)  # two ranks on a small machine: one compute thread each
     dist.init_process_group(
         "gloo",
-        init_method="file://" + os.path.join(run_dir, "store"),
+        init_method=file_store(run_dir),
         rank=rank,
         world_size=world_size,
         timeout=datetime.timedelta(seconds=args.timeout),
