@@ -21,10 +21,9 @@ import sys
 import tempfile
 import time
 
-import psutil
 import pytest
 
-from site_tests.conftest import ROOT, pace
+from site_tests.conftest import ROOT, pace, processes_naming
 from site_tests.tools.adopter import run_adopting
 
 LAB = ROOT / "code" / "clusters" / "two_nodes.py"
@@ -48,16 +47,8 @@ def lab(*args, env=None, timeout=RUN_TIMEOUT):
 
 
 def lab_processes(pid):
-    """(pid, argv) of every process whose command line names the run with launcher `pid`.
-    A process that ends, or whose command line we may not read, while we look is passed over
-    (process_iter gives it no command line)."""
-    prefix = f"ddp2n-{pid}-"
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        argv = proc.info["cmdline"] or []
-        if any(prefix in word for word in argv) and proc.pid != os.getpid():
-            found.append((str(proc.pid), [word for word in argv if word]))
-    return found
+    """(pid, argv) of every process whose command line names the run with launcher `pid`."""
+    return processes_naming(f"ddp2n-{pid}-").items()
 
 
 def leftovers(pid):
