@@ -65,26 +65,49 @@ def as_root(*args, env):
     )
 
 
-def namespace_inodes(pid):
-    """{name: inode} of the network namespaces a run with launcher `pid` has made."""
-    prefix = f"ddpslurm-{pid}-"
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found = {}
-    for line in names.splitlines():
-        if line.startswith(prefix):
-            name = line.split()[0]
-            try:
-                found[name] = os.stat(f"/run/netns/{name}").st_ino
-            except OSError:
+NSFS = os.stat("/proc/self/ns/net").st_dev  # the file system every namespace's file is on
+
+
+class Namespaces:
+    """The network namespaces a run with launcher `pid` has made, each held open from when it
+    is first seen until close(). A namespace's inode names it only while it exists: the
+    kernel gives a freed namespace's number to the next one made, here by the other release's
+    run of this lab, side by side, whose processes would then pass for this run's."""
+
+    def __init__(self, pid):
+        self.prefix, self.held = f"ddpslurm-{pid}-", {}
+
+    def names(self):
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return [line.split()[0] for line in listed.splitlines() if line.startswith(self.prefix)]
+
+    def note(self):
+        for name in self.names():
+            if name in self.held:
                 continue
-    return found
+            try:
+                fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+            except OSError:  # deleted since it was listed
+                continue
+            if os.fstat(fd).st_dev == NSFS:
+                self.held[name] = fd
+            else:  # the name's empty file, before `ip netns add` mounts the namespace on it
+                os.close(fd)
+        return self
+
+    def inodes(self):
+        return {os.fstat(fd).st_ino for fd in self.held.values()}
+
+    def close(self):
+        for fd in self.held.values():
+            os.close(fd)
 
 
-def leftovers(pid, inodes):
+def leftovers(namespaces):
     """Everything a run could leave: its namespaces, any process inside one of them or
     naming the run's folder (the daemons do), the run's folder (key, spool, state)."""
-    prefix = f"ddpslurm-{pid}-"
-    found = list(namespace_inodes(pid))
+    prefix, inodes = namespaces.prefix, namespaces.inodes()
+    found = namespaces.names()
     for proc in psutil.process_iter(["cmdline"]):
         if proc.pid == os.getpid():
             continue
@@ -104,9 +127,9 @@ def net_namespace(pid):
         return None
 
 
-def wait_until_clean(pid, inodes, seconds=30):
+def wait_until_clean(namespaces, seconds=30):
     deadline = time.monotonic() + pace.limit(seconds)
-    while (left := leftovers(pid, inodes)) and time.monotonic() < deadline:
+    while (left := leftovers(namespaces)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
 
@@ -183,10 +206,10 @@ def run(tmp_path_factory):
             held.append(sock)
         except OSError:
             sock.close()  # someone else holds it: the point stands either way
-    inodes = set()
+    seen = {}
 
     def note_namespaces(pid):  # a process left in one is found whatever its command line
-        inodes.update(namespace_inodes(pid).values())
+        seen.setdefault(pid, Namespaces(pid)).note()
 
     try:  # its default deadline, as a reader runs it
         code, pid, stdout, stderr, orphans = run_adopting(
@@ -196,11 +219,13 @@ def run(tmp_path_factory):
             pace.limit(RUN_TIMEOUT),
             note_namespaces,
         )
+        # looked at the moment the lab returned: nothing of its cluster may still be going
+        left = [*orphans, *leftovers(seen.get(pid, Namespaces(pid)))]
     finally:
         for sock in held:
             sock.close()
-    # looked at the moment the lab returned: nothing of its cluster may still be going
-    left = [*orphans, *leftovers(pid, inodes)]
+        for namespaces in seen.values():
+            namespaces.close()
     assert code == 0, stdout + stderr[-4000:]
     return {"result": json.loads(out.read_text()), "stdout": stdout, "left_at_exit": left}
 
@@ -237,12 +262,18 @@ def test_slurm_hands_out_the_gpus_each_job_script_asks_for(run):
     torchrun, srun = r["jobs"]["torchrun"], r["jobs"]["srun"]
     assert torchrun["show_job"]["TresPerNode"].endswith("gpu:2"), torchrun["show_job"]
     assert srun["show_job"]["TresPerTask"].endswith("gpu:1"), srun["show_job"]
-    per_node = [(t["host"], t["gpus_on_node"], t["visible"]) for t in torchrun["tasks"]]
-    assert per_node == [("node0", "2", "0,1"), ("node1", "2", "0,1")], torchrun["tasks"]
+    assert [(t["host"], t["gpus_on_node"]) for t in torchrun["tasks"]] == [
+        ("node0", "2"),
+        ("node1", "2"),
+    ], torchrun["tasks"]
     assert [t["host"] for t in srun["tasks"]] == ["node0", "node0", "node1", "node1"]
+    # Which job Slurm places first decides who gets GPUs 0 and 1: the two run at once on each
+    # node (test_two_jobs_share_both_nodes...), so each holds its own two of the node's four.
     for node in ("node0", "node1"):
-        seen = [t["visible"] for t in srun["tasks"] if t["host"] == node]
-        assert len(set(seen)) == 2 and all(v.isdigit() for v in seen), srun["tasks"]
+        (whole,) = [t["visible"].split(",") for t in torchrun["tasks"] if t["host"] == node]
+        each = [t["visible"] for t in srun["tasks"] if t["host"] == node]
+        assert len(set(whole)) == 2 and len(set(each)) == 2, (torchrun["tasks"], srun["tasks"])
+        assert sorted(whole + each) == ["0", "1", "2", "3"], (torchrun["tasks"], srun["tasks"])
     for job in (torchrun, srun):
         assert {t["interface"] for t in job["tasks"]} == {"eth0"}, job["tasks"]
         assert {row["device"] for row in job["ranks"]} == {"cpu"}
@@ -408,12 +439,36 @@ def test_full_run_leaves_nothing_when_it_returns(run):
     assert run["left_at_exit"] == []
 
 
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to make network namespaces")
+def test_a_namespace_held_keeps_its_number_from_the_next_one_made():
+    """Why Namespaces holds what it has seen: once a namespace is freed, the next one made
+    soon takes its inode (about a second later, measured), and any process in that one would
+    be counted as this run's leftover. Held, the number stays taken however many are made."""
+    ours = Namespaces(f"test{os.getpid()}")
+    name, other = f"{ours.prefix}node0", f"ddpslurm-other{os.getpid()}-node0"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        taken = ours.note().inodes()
+        assert len(taken) == 1, "the namespace was not held"
+        subprocess.run(["ip", "netns", "delete", name], check=True)
+        deadline = time.monotonic() + pace.limit(3)
+        while time.monotonic() < deadline:  # other runs make namespaces meanwhile
+            subprocess.run(["ip", "netns", "add", other], check=True)
+            reused = os.stat(f"/run/netns/{other}").st_ino in taken
+            subprocess.run(["ip", "netns", "delete", other], check=True)
+            assert not reused, "a namespace made later passes for one of the run's"
+            time.sleep(0.2)
+    finally:
+        ours.close()
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # As root, with Slurm: SIGKILL while jobs run
 # ---------------------------------------------------------------------------------------------
-def job_step_running(pid, inodes):
+def job_step_running(namespaces):
     """A slurmstepd (a job's step) is running inside one of the run's namespaces."""
-    return any("slurmstepd" in item for item in leftovers(pid, inodes))
+    return any("slurmstepd" in item for item in leftovers(namespaces))
 
 
 @needs_cluster
@@ -425,20 +480,22 @@ def test_sigkill_mid_run_leaves_nothing():
         cwd=ROOT,
     )
     deadline = time.monotonic() + pace.limit(60)
-    inodes = set()
-    while time.monotonic() < deadline:
-        inodes |= set(namespace_inodes(proc.pid).values())
-        if len(inodes) == 4 and job_step_running(proc.pid, inodes):
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the lab's jobs never started")
-    left = leftovers(proc.pid, inodes)
-    assert any("slurmctld" in item for item in left) and any("munged" in item for item in left)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=pace.limit(30))
-    assert wait_until_clean(proc.pid, inodes) == []
+    namespaces = Namespaces(proc.pid)
+    try:
+        while time.monotonic() < deadline:
+            if len(namespaces.note().held) == 4 and job_step_running(namespaces):
+                break
+            time.sleep(0.2)
+        else:
+            proc.kill()
+            pytest.fail("the lab's jobs never started")
+        left = leftovers(namespaces)
+        assert any("slurmctld" in s for s in left) and any("munged" in s for s in left)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=pace.limit(30))
+        assert wait_until_clean(namespaces) == []
+    finally:
+        namespaces.close()
 
 
 def test_a_second_rendezvous_on_a_taken_port_joins_the_store_holding_it():
