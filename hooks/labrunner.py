@@ -341,8 +341,12 @@ def around_traceback(stdout):
 class LabFailed(LabError):
     def __init__(self, run, what, stdout, stderr):
         # 80 lines: a torchrun failure ends in ~45 lines of launcher traceback and summary,
-        # and the rank's own last words (the cause) come just before them
-        tail = "\n".join((stderr or stdout or "").strip().splitlines()[-80:])
+        # and the rank's own last words (the cause) come just before them. Where there is
+        # stderr, stdout's last 5 lines come first: what a lab that hung said last.
+        err, out = (stderr or "").strip().splitlines(), (stdout or "").strip().splitlines()
+        tail = "\n".join(
+            [*out[-5:], "--- stderr:", *err[-80:]] if err and out else (err or out)[-80:]
+        )
         super().__init__(f"lab run {run.name!r} ({' '.join(run.command)}) {what}:\n{tail}")
 
 

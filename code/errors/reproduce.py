@@ -12,10 +12,12 @@ script prints the message as a reader's terminal shows it, with the temporary fo
 trigger worked in written as $TMP, so that one run's output reads like the next.
 
 Runs on CPU with gloo only, and leaves no process group, store or file behind: every trigger
-gets a fresh temporary folder, removed when it returns.
+gets a fresh temporary folder, removed when it returns. A trigger that hangs instead of failing
+ends the run at its deadline, its name the last line printed and every thread's stack after it.
 """
 
 import argparse
+import faulthandler
 import inspect
 import json
 import pathlib
@@ -25,8 +27,16 @@ import tempfile
 import time
 import traceback
 
-import torch
-import triggers
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # code/, for pace
+import pace  # noqa: E402
+
+# Seconds one trigger may take, stretched for this machine: 30 on pace's reference machine,
+# where the slowest (a child Python that spawns another) takes about 5. Measured here, before
+# torch is imported, pace times this script's own import instead of a fresh one.
+TRIGGER_LIMIT = pace.limit(30)
+
+import torch  # noqa: E402
+import triggers  # noqa: E402
 
 
 def live_errors():
@@ -67,10 +77,14 @@ def main():
     ids = args.ids or live_errors()
     messages, seconds = {}, {}
     for error_id in ids:
+        print(f"== {error_id} ==", flush=True)
         started = time.perf_counter()
+        # a hang (a forked worker stuck on a lock) exits with every thread's stack on stderr
+        faulthandler.dump_traceback_later(TRIGGER_LIMIT, exit=True)
         messages[error_id] = reproduce(error_id)
+        faulthandler.cancel_dump_traceback_later()
         seconds[error_id] = round(time.perf_counter() - started, 2)
-        print(f"== {error_id} ==\n{messages[error_id]}\n", flush=True)
+        print(f"{messages[error_id]}\n", flush=True)
     if args.json:
         result = {"torch": torch.__version__, "messages": messages, "seconds": seconds}
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))

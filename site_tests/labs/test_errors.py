@@ -15,13 +15,15 @@ messages to torch:
 import mmap
 import pathlib
 import re
+import subprocess
+import sys
 
 import error_entries  # hooks/error_entries.py (conftest puts hooks/ on the path)
 import pytest
 import torch
 from mkdocs.exceptions import PluginError
 
-from site_tests.conftest import ROOT
+from site_tests.conftest import ROOT, pace
 
 CORPUS = error_entries.load_corpus(ROOT)
 RELEASE = torch.__version__.split("+")[0]
@@ -116,3 +118,26 @@ def test_an_error_without_an_entry_or_an_entry_twice_fails_the_build(tmp_path):
     (tmp_path / "b.md").write_text("### B\n\n<!-- error: no-such-error -->\n")
     with pytest.raises(PluginError, match="no entry in code/errors/corpus.yml"):
         error_entries.check_markers(tmp_path, {first: {}})
+
+
+def test_a_trigger_that_hangs_ends_the_run_at_its_deadline_and_names_itself():
+    """A trigger stuck for good (a forked worker waiting on a lock its parent held when it
+    forked) must not hang the build until the lab's own limit: the script ends it, its name
+    the last line printed, with the stack where it stuck. The deadline is made 2 s here."""
+    hang = (
+        "import runpy, sys, time; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+        "import pace, triggers; pace.limit = lambda seconds: 2; "
+        "triggers.stuck_for_good = lambda tmp: time.sleep(600); "
+        "sys.argv = [sys.argv[3], 'default-pg-not-initialized', 'stuck-for-good']; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    script = ROOT / "code" / "errors" / "reproduce.py"
+    done = subprocess.run(
+        [sys.executable, "-c", hang, str(ROOT / "code"), str(script.parent), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=pace.limit(60),
+    )
+    assert done.returncode != 0
+    assert done.stdout.rstrip().splitlines()[-1] == "== stuck-for-good ==", done.stdout
+    assert "Timeout" in done.stderr and "in <lambda>" in done.stderr, done.stderr[-2000:]
