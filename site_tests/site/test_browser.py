@@ -79,6 +79,10 @@ HEADLESS_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 CHROMIUM_ARGS = [*HEADLESS_FLAGS[1:], "--disable-component-update", "--disable-sync"]
 DESKTOP = {"viewport": {"width": 1400, "height": 900}}
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+NEXT_FRAME = "() => new Promise((done) => requestAnimationFrame(() => done()))"
+# Between the two: a laptop's screen, where code of 88 columns no longer fits its box (it does
+# down to about 1250 px) but the phone's layout has not begun (below 720 px).
+LAPTOP = {"viewport": {"width": 1024, "height": 768}}
 PAGE_BUDGET_BYTES = 1_000_000
 LEGIBLE_PX = 11
 REDIRECT_STUB = '<meta http-equiv="refresh"'
@@ -1788,6 +1792,30 @@ def test_table_like_blocks_keep_their_lines_on_a_phone(seen, pages):
     assert sum(counted.values()) >= 20, f"too few table-like blocks were found: {counted}"
 
 
+# A table that scrolls sideways in its box (or whose box scrolls) with no note under it.
+SILENT_SCROLLING_TABLES = """() => [...document.querySelectorAll("article table")]
+  .filter((table) => table.getClientRects().length > 0)
+  .filter((table) => [table, table.closest(".md-typeset__scrollwrap")]
+    .some((box) => box && box.scrollWidth > box.clientWidth + 1))
+  .filter((table) => {
+    const note = getComputedStyle(table.parentElement, "::after");
+    return !(note.content.includes("scroll sideways") && parseFloat(note.height) > 0);
+  })
+  .map((table) => `scrolls with no note: ${table.querySelector("th, td").textContent.trim()}`)"""
+
+
+def test_a_table_that_scrolls_on_a_phone_says_so_under_it(seen, pages):
+    """Chapter 2's collectives table hid two of its four columns at 390 px, with a faint
+    shadow at its edge as the only sign."""
+
+    def check(path):
+        page = seen(path, "phone").page
+        reveal_everything(page)
+        return page.evaluate(SILENT_SCROLLING_TABLES)
+
+    assert not (failed := each_page(pages, check)), failed
+
+
 def test_no_table_is_wider_than_its_box_at_1400_px(seen, pages):
     """Chapter 6's failure table ran 1,193 px wide in a 900 px box, its Fix column hidden."""
 
@@ -1812,8 +1840,9 @@ def test_no_command_breaks_inside_an_argument_on_a_phone(seen, pages):
 
 
 # Pages broken on purpose, each check's own fault, in the browser at 390 px: a table of ranks
-# wrapped at a narrow width, the same table scrolling with no note, a table wider than its box,
-# a torchrun line wrapped where the browser likes (after a hyphen).
+# wrapped at a narrow width, the same table scrolling with no note, a table wider than its box
+# (which scrolls with no note either), a torchrun line wrapped where the browser likes (after a
+# hyphen).
 RANKS = "\n".join(
     ["rank  node   GROUP_RANK  LOCAL_RANK  WORLD_SIZE"]
     + [f"   {r}  node{r // 2}           {r // 2}           {r % 2}           4" for r in range(4)]
@@ -1843,6 +1872,7 @@ def test_each_columns_check_fails_on_a_page_broken_on_purpose(browser):
         assert any("lines wrapped" in problem for problem in found), found
         assert any("scrolls with no note" in problem for problem in found), found
         assert page.evaluate(WIDE_TABLES), "a table wider than its box passed"
+        assert page.evaluate(SILENT_SCROLLING_TABLES), "a table scrolling with no note passed"
         assert set(page.evaluate(BROKEN_ARGUMENTS)) & set(COMMAND.split()), (
             "a command wrapped inside its arguments passed"
         )
@@ -2051,16 +2081,25 @@ UNDER_THE_COPY_BUTTON = """() => {
 }"""
 
 
-@pytest.mark.parametrize("screen", ["desktop", "phone"])
+@pytest.mark.parametrize("screen", ["desktop", "laptop", "phone"])
 def test_no_copy_button_covers_code(seen, pages, screen):
-    """The copy button hid the end of a notebook cell's first line at 390 px, and of an output
-    line of chapter 1 at 1400."""
+    """The copy button hid the end of a notebook cell's first line at 390 px, of an output
+    line of chapter 1 at 1400, and of the cheat sheet's job script at 1024."""
 
     def check(path):
-        page = seen(path, screen).page
-        reveal_everything(page)
-        mount_code_blocks(page)  # each block's copy button comes when it is mounted
-        return page.evaluate(UNDER_THE_COPY_BUTTON)
+        # the laptop: the desktop's page in a window narrowed, as a reader narrows one
+        page = seen(path, "phone" if screen == "phone" else "desktop").page
+        if screen == "laptop":
+            page.set_viewport_size(LAPTOP["viewport"])
+            page.evaluate(NEXT_FRAME)  # the resize event comes first: a11y.js measures again
+        try:
+            reveal_everything(page)
+            mount_code_blocks(page)  # each block's copy button comes when it is mounted
+            return page.evaluate(UNDER_THE_COPY_BUTTON)
+        finally:
+            if screen == "laptop":
+                page.set_viewport_size(DESKTOP["viewport"])
+                page.evaluate(NEXT_FRAME)
 
     assert not (failed := each_page(pages, check)), failed
 

@@ -2,9 +2,12 @@
 // there (axe and Lighthouse check each of these):
 // - a task list's checkbox sits in an empty label: name it after its item's text;
 // - a code block, table or formula that scrolls sideways must take keyboard focus, or a
-//   keyboard cannot scroll it (on a phone a table scrolls in its own box, extra.css). Which ones scroll depends on the screen, so this is redone on
-//   every resize. A closed fold's blocks are measured when it opens: measuring one sooner makes
-//   the browser lay out the whole fold, the bulk of a long page's load on a phone.
+//   keyboard cannot scroll it (on a phone a table scrolls in its own box, extra.css).
+// Such a block is also marked `data-scrolls`, for extra.css: a code block that scrolls starts
+// below its copy button, and a table says under it that it scrolls. Which ones scroll depends
+// on the screen, so this is redone on every resize. A closed fold's blocks are measured when
+// it opens: measuring one sooner makes the browser lay out the whole fold, the bulk of a long
+// page's load on a phone.
 (() => {
   const SCROLLERS =
     "article :is(pre > code, .md-typeset__scrollwrap, table.course-table, .arithmatex, " +
@@ -21,6 +24,9 @@
     for (const element of root.querySelectorAll(SCROLLERS)) {
       if (element.closest("details:not([open])")) continue;
       const scrolls = element.scrollWidth > element.clientWidth + 1;
+      if (scrolls !== element.hasAttribute("data-scrolls")) {
+        element.toggleAttribute("data-scrolls", scrolls);
+      }
       if (scrolls && !element.hasAttribute("tabindex")) {
         element.setAttribute("tabindex", "0");
         element.dataset.a11yFocus = "";
