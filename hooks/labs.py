@@ -82,11 +82,10 @@ def on_files(files, config):
             if files.get_file_from_path(uri) is None:
                 files.append(File.generated(config, uri, abs_src_path=str(path)))
     for old, new in ((config.extra or {}).get("moved_code") or {}).items():
-        if files.get_file_from_path(new) is None:
+        if (moved := files.get_file_from_path(new)) is None:
             raise PluginError(f"extra.moved_code: {new} (moved from {old}) is not published")
         # The same bytes at the old address: a link to a raw .py cannot be redirected.
-        source = files.get_file_from_path(new).abs_src_path
-        files.append(File.generated(config, old, abs_src_path=source))
+        files.append(File.generated(config, old, abs_src_path=moved.abs_src_path))
     for name, record in RECORDS.items():
         cache = labrunner.cache_root(RUNS[name].root)
         for uri, content in views.artifacts(name, record, cache).items():

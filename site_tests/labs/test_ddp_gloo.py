@@ -48,7 +48,8 @@ VARIANTS = ("naive", "ddp", "ddp_no_sync")
 TORCH_OWN = ("torchinductor_", "torchelastic_")
 
 # Written for pace's reference machine, like every limit of the suite (code/pace.py).
-CRASH_TIMEOUT_S = 100  # the crash run's patience: a rank left to sit it out is a failure
+# The crash run's patience: a rank left to sit it out is a failure.
+CRASH_TIMEOUT_S = round(pace.limit(100))
 SKIP_TIMEOUT_S = round(pace.limit(4), 1)  # the skip run's: healthy ranks meet well within it
 SLACK_S = 10  # two runs started together, the same work ahead: how far apart their ends may fall
 LEAVE_S = 5  # after a run, for its processes to vanish (a forkserver sees its parent go)
