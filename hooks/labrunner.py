@@ -214,25 +214,33 @@ def execute(run):
         argv = run.argv(json_path)
         started = datetime.datetime.now(datetime.UTC)
         clock = time.perf_counter()
-        proc = subprocess.Popen(
-            argv,
-            cwd=scratch if run.plain else run.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if run.plain else subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=lab_environment(run, scratch),
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            what = f"timed out after {timeout:.0f} s (its {run.timeout:g} s at this machine's pace)"
-            raise LabFailed(run, what, stdout, stderr) from None
-        finally:
-            left_processes = kill_leftovers(proc.pid)
+        # Output goes to files, not pipes: a pipe's reader waits until every process holding
+        # its end has gone, and a process the lab left would hold the run to its timeout.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                argv,
+                cwd=scratch if run.plain else run.root,
+                stdout=out,
+                stderr=subprocess.STDOUT if run.plain else err,
+                start_new_session=True,
+                env=lab_environment(run, scratch),
+            )
+            try:
+                proc.wait(timeout=timeout)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                timed_out = True
+            finally:
+                left_processes = kill_leftovers(proc.pid)  # none is left to write
+            stdout, stderr = (printed(file) for file in (out, err))
         wall = time.perf_counter() - clock
+        if run.plain:
+            stderr = None  # it went to stdout, in the order a terminal shows
+        if timed_out:
+            what = f"timed out after {timeout:.0f} s (its {run.timeout:g} s at this machine's pace)"
+            raise LabFailed(run, what, stdout, stderr)
         if proc.returncode != 0:
             raise LabFailed(run, f"exited with status {proc.returncode}", stdout, stderr)
         if TRACEBACK in stdout:
@@ -291,6 +299,13 @@ def lab_environment(run, scratch):
     if run.torchrun:
         env.pop("OMP_NUM_THREADS", None)
     return env
+
+
+def printed(file):
+    """What a run wrote to `file`, as text, its line ends made `\n` (as a pipe read as text
+    makes them)."""
+    file.seek(0)
+    return file.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def kill_leftovers(session, grace=5.0):

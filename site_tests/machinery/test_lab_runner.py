@@ -132,6 +132,28 @@ def test_the_record_names_what_the_run_left_and_the_runner_ends_it(tmp_path):
     assert not alive(child), "the runner left the lab's process running"
 
 
+# A lab whose leftover keeps the lab's own stdout and stderr open, as a forked worker does.
+HOLDER = """
+import json, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print("done", flush=True)
+with open(sys.argv[sys.argv.index("--json") + 1], "w") as out:
+    json.dump({"child": child.pid}, out)
+"""
+
+
+def test_a_process_left_holding_the_output_does_not_hold_the_run(tmp_path):
+    """Read through pipes, a lab's output ends only when every process holding the pipes
+    has: one left behind kept a finished run waiting until its timeout, which then failed."""
+    (tmp_path / "lab.py").write_text(HOLDER)
+    run = labrunner.LabRun("holder", {"script": "lab.py", "timeout": 60}, tmp_path)
+    started = time.monotonic()
+    record = labrunner.execute(run)
+    assert time.monotonic() - started < pace.limit(30), "the run waited for its leftover"
+    assert record["left_processes"] == [record["result"]["child"]]
+    assert record["stdout"] == "done\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU runs: recorded by `nox -s record-gpu`, on a GPU machine only
 # ---------------------------------------------------------------------------------------------
