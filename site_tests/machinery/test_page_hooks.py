@@ -1,6 +1,6 @@
 """The small page hooks: math typeset at build time, code kept out of the search index, code
 without its invisible spans, tables in boxes of their own, the failure gallery's index of error
-messages.
+messages, a tooltip per term and page, scripts only where a page uses them.
 
 They run on a page's HTML or Markdown alone, so they are tested here on strings; the built
 site's pages are checked in a browser by test_browser.py (typeset math, page weight, search).
@@ -167,6 +167,60 @@ def test_names_spaces_punctuation_and_operators_lose_their_spans_and_nothing_els
 def test_a_notebook_cell_keeps_its_own_classes():
     cell = '<div class="highlight-ipynb hl-python"><pre><span class="n">x</span></pre></div>'
     assert lean(cell) == cell
+
+
+def abbr(term):
+    return f'<abbr title="{term}, spelled out">{term}</abbr>'
+
+
+def first_use_only(content):
+    return hook("abbreviations").on_page_content(content, page=PAGE, config=None, files=None)
+
+
+def test_a_term_keeps_its_tooltip_at_its_first_use_only():
+    page = f"<p>{abbr('DDP')} wraps the model.</p><p>{abbr('NCCL')} and {abbr('DDP')}.</p>"
+    done = first_use_only(page)
+    assert done == f"<p>{abbr('DDP')} wraps the model.</p><p>{abbr('NCCL')} and DDP.</p>"
+
+
+def test_a_term_first_met_in_a_fold_keeps_its_tooltip_where_the_open_text_uses_it():
+    fold = f"<details><summary>How we know</summary><p>{abbr('DDP')} here</p></details>"
+    done = first_use_only(f"{fold}<p>Then {abbr('DDP')}.</p>")
+    assert done.count("<abbr") == 1 and done.endswith(f"<p>Then {abbr('DDP')}.</p>")
+
+
+def test_a_term_used_only_in_folds_keeps_its_tooltip_in_the_first():
+    fold = f"<details><summary>Why</summary><p>{abbr('busbw')}</p></details>"
+    done = first_use_only(f"<p>Before.</p>{fold}{fold}<p>After.</p>")
+    assert done == f"<p>Before.</p>{fold}{fold.replace(abbr('busbw'), 'busbw')}<p>After.</p>"
+
+
+PAGE_END = (
+    '<script defer src="../assets/javascripts/bundle.min.js"></script>\n'
+    '<script defer src="../assets/javascripts/stepper.js"></script>\n'
+    '<script defer src="../assets/javascripts/scaling-calculator.js"></script>\n'
+    '<script defer src="../assets/javascripts/a11y.js"></script>\n</body>'
+)
+
+
+def scripts_of(page):
+    done = hook("page_scripts").on_post_page(page, page=PAGE, config=None)
+    return re.findall(r"javascripts/([\w.-]+\.js)", done)
+
+
+def test_a_page_loads_the_stepper_or_the_calculator_only_where_it_has_one():
+    assert scripts_of(f"<p>Prose.</p>{PAGE_END}") == ["bundle.min.js", "a11y.js"]
+    stepper = '<div class="fig-stepper" data-stepper role="group"><figure></figure></div>'
+    assert "stepper.js" in scripts_of(stepper + PAGE_END)
+    # the stepper's buttons alone are not a stepper
+    assert "stepper.js" not in scripts_of("<button data-stepper-next>" + PAGE_END)
+    form = '<form class="scaling-calculator" data-scaling-calculator aria-label="x"></form>'
+    assert scripts_of(form + PAGE_END) == ["bundle.min.js", "scaling-calculator.js", "a11y.js"]
+
+
+def test_a_page_without_the_script_tag_it_should_drop_fails_the_build():
+    with pytest.raises(PluginError, match="chapters/test.md: expected one <script> for .*stepper"):
+        scripts_of("<p>Prose.</p></body>")
 
 
 def test_material_still_styles_names_as_plain_code_and_spaces_not_at_all():
