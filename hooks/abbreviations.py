@@ -16,31 +16,19 @@ every other use is left as plain text.
 import re
 
 ABBR = re.compile(r'<abbr title="[^"]*">(?P<term>.*?)</abbr>', re.S)
-FOLD_EDGE = re.compile(r"<(/?)details\b")
-
-
-def fold_depths(content):
-    """[(offset, depth)]: from each offset on, how many folds (<details>) enclose the text."""
-    depths, depth = [(0, 0)], 0
-    for edge in FOLD_EDGE.finditer(content):
-        depth += -1 if edge[1] else 1
-        depths.append((edge.start(), depth))
-    return depths
+# A fold's edge or an abbreviation, read in one pass in the page's order.
+FOLD_EDGE_OR_ABBR = re.compile(rf"<(?P<closes>/?)details\b|{ABBR.pattern}", re.S)
 
 
 def kept(content):
     """The offsets of the abbreviations that keep their tag: one per term."""
-    depths = fold_depths(content)
-
-    def folded(offset):
-        return next(depth for start, depth in reversed(depths) if start <= offset) > 0
-
-    first = {}  # term -> the offset of its first use, in the open text if it has one there
-    for use in ABBR.finditer(content):
-        term, offset = use["term"], use.start()
-        if term not in first or (folded(first[term]) and not folded(offset)):
-            first[term] = offset
-    return set(first.values())
+    depth, first_open, first_folded = 0, {}, {}  # term -> the offset of its first use
+    for token in FOLD_EDGE_OR_ABBR.finditer(content):
+        if token["term"] is None:
+            depth += -1 if token["closes"] else 1
+        else:
+            (first_folded if depth else first_open).setdefault(token["term"], token.start())
+    return set((first_folded | first_open).values())  # the open text's first use wins
 
 
 def on_page_content(content, page, config, files):
